@@ -1,0 +1,265 @@
+//! [`Ledger`] on DynamoDB.
+//!
+//! # Item layout
+//! One item per `(source_id, key)`; nothing else lives on the per-object path, so writes
+//! spread over partitions by key and no item is hot.
+//!
+//! | attribute      | type | meaning |
+//! |----------------|------|---------|
+//! | `pk`           | S    | partition key: `<source_id>/<key>` (a source id never holds `/`) |
+//! | `gsi1pk`       | S    | `<source_id>#<shard 00-15>`: partition key of index `by_source`, sharded so a source's records spread over 16 partitions |
+//! | `gsi1sk`       | S    | the key: sort key of index `by_source` (status, reconcile) |
+//! | `source_id`, `key` | S | the source and the decoded S3 key |
+//! | `status`       | S    | claimed / done / deleted / pending / failed / quarantined / released |
+//! | `rev`          | N    | revision; every write is conditional on it (`attribute_not_exists(pk)` to create) |
+//! | `committed`    | M    | the committed version (`target`), `rows`, `sums` (exact decimal strings), `outputs` (bucket, key, etag), `config_fp`, `committed_at`, `run_id` |
+//! | `claim`        | M    | `token`, `target`, `lease_until` (ms), `claimed_at`, `run_id` |
+//! | `pending`      | M    | newest known target not yet committed ("superseded by", or the failing version) |
+//! | `attempts`     | N    | failed attempts of the pending / claimed target |
+//! | `last_error`, `note` | S | the last error (naming object and line), why a claim ended without commit |
+//! | `updated_at`   | N    | ms since the epoch |
+//!
+//! A `target` map is `{kind: "version", version, version_id?, etag?, sequencer?, size?}` or
+//! `{kind: "delete", sequencer?, version_id?, delete_marker}`.
+//!
+//! Conditional writes ask for `ReturnValuesOnConditionCheckFailure = ALL_OLD`, so a lost
+//! race returns the winner's item and needs no second read.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
+    KeyType, Projection, ProjectionType, ReturnValuesOnConditionCheckFailure,
+    ScalarAttributeType,
+};
+
+use super::failure;
+use crate::error::{LedgerError, Retry};
+use crate::model::Record;
+use crate::ports::{Ledger, LedgerWrite};
+
+/// Condition of a first write.
+pub const COND_ABSENT: &str = "attribute_not_exists(pk)";
+/// Condition of every later write.
+pub const COND_REV: &str = "rev = :rev";
+/// Name of the index over a source's records.
+pub const INDEX_BY_SOURCE: &str = "by_source";
+/// Shards of the index's partition key per source.
+pub const SHARDS: u64 = 16;
+
+/// The ledger on a DynamoDB table.
+#[derive(Debug, Clone)]
+pub struct DynamoLedger {
+    client: Client,
+    table: String,
+}
+
+/// The partition key of a record.
+pub fn pk(source_id: &str, key: &str) -> String {
+    format!("{source_id}/{key}")
+}
+
+/// The index shard of a key (FNV-1a, stable across processes).
+pub fn shard(key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h % SHARDS
+}
+
+impl DynamoLedger {
+    /// The ledger in `table`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        Self {
+            client,
+            table: table.into(),
+        }
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn service_err(
+        &self,
+        op: &'static str,
+        record: (&str, &str),
+        f: super::Failure,
+    ) -> LedgerError {
+        LedgerError::Service {
+            op,
+            source_id: record.0.to_string(),
+            key: record.1.to_string(),
+            message: format!("table {}: {}", self.table, f.message),
+            retry: f.retry,
+        }
+    }
+
+    fn to_item(&self, r: &Record) -> Result<HashMap<String, AttributeValue>, LedgerError> {
+        let mut item: HashMap<String, AttributeValue> =
+            serde_dynamo::to_item(r).map_err(|e| LedgerError::Corrupt {
+                source_id: r.source_id.clone(),
+                key: r.key.clone(),
+                message: e.to_string(),
+            })?;
+        item.insert("pk".into(), AttributeValue::S(pk(&r.source_id, &r.key)));
+        item.insert(
+            "gsi1pk".into(),
+            AttributeValue::S(format!("{}#{:02}", r.source_id, shard(&r.key))),
+        );
+        item.insert("gsi1sk".into(), AttributeValue::S(r.key.clone()));
+        Ok(item)
+    }
+
+    fn from_item(
+        source_id: &str,
+        key: &str,
+        mut item: HashMap<String, AttributeValue>,
+    ) -> Result<Record, LedgerError> {
+        for k in ["pk", "gsi1pk", "gsi1sk"] {
+            item.remove(k);
+        }
+        serde_dynamo::from_item(item).map_err(|e| LedgerError::Corrupt {
+            source_id: source_id.to_string(),
+            key: key.to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    async fn put(
+        &self,
+        record: &Record,
+        condition: &'static str,
+        rev: Option<u64>,
+    ) -> Result<LedgerWrite, LedgerError> {
+        let req = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(self.to_item(record)?))
+            .condition_expression(condition)
+            .set_expression_attribute_values(
+                rev.map(|rev| HashMap::from([(":rev".to_string(), AttributeValue::N(rev.to_string()))])),
+            )
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        match req.send().await {
+            Ok(_) => Ok(LedgerWrite::Written),
+            Err(e) => {
+                if let Some(PutItemError::ConditionalCheckFailedException(c)) = e.as_service_error() {
+                    let current = c
+                        .item()
+                        .filter(|i| !i.is_empty())
+                        .map(|i| Self::from_item(&record.source_id, &record.key, i.clone()))
+                        .transpose()?;
+                    return Ok(LedgerWrite::Conflict(current.map(Box::new)));
+                }
+                Err(self.service_err("PutItem", (&record.source_id, &record.key), failure(&e)))
+            }
+        }
+    }
+
+    /// Create the table (on-demand, with the `by_source` index) unless it exists, and wait
+    /// until it is active. For the local stack and first-time setup; the SAM template
+    /// declares the same table.
+    pub async fn ensure_table(&self) -> Result<(), LedgerError> {
+        let s = |name: &str| {
+            AttributeDefinition::builder()
+                .attribute_name(name)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .expect("attribute definition has its fields")
+        };
+        let k = |name: &str, t: KeyType| {
+            KeySchemaElement::builder()
+                .attribute_name(name)
+                .key_type(t)
+                .build()
+                .expect("key schema element has its fields")
+        };
+        let index = GlobalSecondaryIndex::builder()
+            .index_name(INDEX_BY_SOURCE)
+            .key_schema(k("gsi1pk", KeyType::Hash))
+            .key_schema(k("gsi1sk", KeyType::Range))
+            .projection(Projection::builder().projection_type(ProjectionType::All).build())
+            .build()
+            .expect("index has its fields");
+        let created = self
+            .client
+            .create_table()
+            .table_name(&self.table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(s("pk"))
+            .attribute_definitions(s("gsi1pk"))
+            .attribute_definitions(s("gsi1sk"))
+            .key_schema(k("pk", KeyType::Hash))
+            .global_secondary_indexes(index)
+            .send()
+            .await;
+        if let Err(e) = created {
+            let f = failure(&e);
+            if f.code.as_deref() != Some("ResourceInUseException") {
+                return Err(self.service_err("CreateTable", ("", ""), f));
+            }
+        }
+        for _ in 0..100 {
+            let d = self
+                .client
+                .describe_table()
+                .table_name(&self.table)
+                .send()
+                .await
+                .map_err(|e| self.service_err("DescribeTable", ("", ""), failure(&e)))?;
+            let active = d
+                .table()
+                .and_then(|t| t.table_status())
+                .is_some_and(|s| s.as_str() == "ACTIVE");
+            if active {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Err(LedgerError::Service {
+            op: "DescribeTable",
+            source_id: String::new(),
+            key: String::new(),
+            message: format!("table {} did not become active", self.table),
+            retry: Retry::Transient,
+        })
+    }
+}
+
+#[async_trait]
+impl Ledger for DynamoLedger {
+    async fn get(&self, source_id: &str, key: &str) -> Result<Option<Record>, LedgerError> {
+        let o = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(pk(source_id, key)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.service_err("GetItem", (source_id, key), failure(&e)))?;
+        o.item
+            .map(|item| Self::from_item(source_id, key, item))
+            .transpose()
+    }
+
+    async fn create(&self, record: &Record) -> Result<LedgerWrite, LedgerError> {
+        self.put(record, COND_ABSENT, None).await
+    }
+
+    async fn replace(
+        &self,
+        record: &Record,
+        expected_rev: u64,
+    ) -> Result<LedgerWrite, LedgerError> {
+        self.put(record, COND_REV, Some(expected_rev)).await
+    }
+}

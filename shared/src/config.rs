@@ -1,0 +1,643 @@
+//! The sources document: one typed JSON document shared by the Lambdas and the CLI, read once
+//! at start-up from a file (`TIDEMARK_CONFIG_FILE`) or inline (`TIDEMARK_CONFIG`), validated
+//! before any event is touched. A bad document fails with the path of the field at fault
+//! (`sources[1].schema[2].type: …`).
+//!
+//! ```json
+//! {"sources": [{
+//!   "source_id": "orders",
+//!   "bucket": "landing", "prefix": "orders/",
+//!   "include": ["*.csv", "*.csv.gz"], "exclude": ["*/_tmp/*"],
+//!   "format": "csv", "csv": {"delimiter": ",", "header": true},
+//!   "compression": "auto",
+//!   "schema": [{"name": "order_id", "type": "int64", "nullable": false},
+//!              {"name": "amount", "type": "decimal(12,2)"}],
+//!   "sum_columns": ["amount"],
+//!   "output": {"bucket": "lake", "prefix": "orders/", "partitioning": "key_date"},
+//!   "on_delete": "delete", "mode": "enable", "max_attempts": 3
+//! }]}
+//! ```
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use arrow_schema::SchemaRef;
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use serde::{Deserialize, Serialize};
+
+use crate::convert::{Compression, ConvertSpec, CsvOptions, EmptyStrings, InputFormat};
+use crate::schema::{ColumnSpec, arrow_schema};
+
+/// The environment variable holding the document inline.
+pub const ENV_CONFIG: &str = "TIDEMARK_CONFIG";
+/// The environment variable naming a file that holds the document.
+pub const ENV_CONFIG_FILE: &str = "TIDEMARK_CONFIG_FILE";
+
+/// The configuration could not be read or is invalid.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Neither variable is set.
+    #[error("no configuration: set {ENV_CONFIG_FILE} (a path) or {ENV_CONFIG} (the JSON document)")]
+    Missing,
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The path.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The document does not parse or a field is wrong; `path` names the field.
+    #[error("invalid configuration at {path}: {message}")]
+    Invalid {
+        /// Where in the document (`sources[0].schema[1].type`).
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+fn invalid(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+/// The whole document.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigDoc {
+    /// The sources served by this deployment.
+    pub sources: Vec<SourceDoc>,
+}
+
+/// Input format of a source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatDoc {
+    /// Comma- (or otherwise) separated values.
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+}
+
+/// CSV options of a source.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CsvDoc {
+    /// One ASCII character (default `,`).
+    #[serde(default = "default_delimiter")]
+    pub delimiter: char,
+    /// One ASCII character (default `"`).
+    #[serde(default = "default_quote")]
+    pub quote: char,
+    /// Escape character, if the files use one (default: none, quotes are doubled).
+    #[serde(default)]
+    pub escape: Option<char>,
+    /// Whether the first line is a header (default true).
+    #[serde(default = "yes")]
+    pub header: bool,
+}
+
+fn default_delimiter() -> char {
+    ','
+}
+fn default_quote() -> char {
+    '"'
+}
+fn yes() -> bool {
+    true
+}
+
+impl Default for CsvDoc {
+    fn default() -> Self {
+        Self {
+            delimiter: ',',
+            quote: '"',
+            escape: None,
+            header: true,
+        }
+    }
+}
+
+/// Compression of a source's objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CompressionDoc {
+    /// By extension: `.gz` / `.gzip` gzip, `.zst` / `.zstd` zstd, otherwise none.
+    #[default]
+    Auto,
+    /// Plain.
+    None,
+    /// gzip (multi-member files too).
+    Gzip,
+    /// zstd.
+    Zstd,
+}
+
+/// How output keys are partitioned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Partitioning {
+    /// `<prefix><relative key>.parquet`.
+    #[default]
+    None,
+    /// `<prefix>dt=YYYY-MM-DD/<relative key>.parquet`, the date taken from the first
+    /// `YYYY-MM-DD` or `YYYY/MM/DD` in the key (`dt=__HIVE_DEFAULT_PARTITION__` when none).
+    KeyDate,
+}
+
+/// Where a source's Parquet goes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputDoc {
+    /// Output bucket.
+    pub bucket: String,
+    /// Output prefix (may be empty).
+    #[serde(default)]
+    pub prefix: String,
+    /// Partitioning of output keys.
+    #[serde(default)]
+    pub partitioning: Partitioning,
+}
+
+/// What happens to outputs when their source object is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDelete {
+    /// Delete the outputs (the lake mirrors the landing bucket).
+    #[default]
+    Delete,
+    /// Keep them (the lake is an archive); the record is marked deleted either way.
+    Keep,
+}
+
+/// Glue's job-bookmark modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Process what is new and advance the ledger.
+    #[default]
+    Enable,
+    /// Process nothing new; events are acknowledged and left for a later run (reconcile or
+    /// backfill) once enabled again.
+    Pause,
+    /// Ignore the source entirely.
+    Disable,
+}
+
+/// One source, as written in the document.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceDoc {
+    /// Stable id of the source: `[a-z0-9_-]{1,64}`; never derived from a path.
+    pub source_id: String,
+    /// Landing bucket.
+    pub bucket: String,
+    /// Key prefix (may be empty).
+    #[serde(default)]
+    pub prefix: String,
+    /// Globs on the key relative to the prefix (`*` also crosses `/`); empty: everything.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Globs to leave out, applied after `include`.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Input format.
+    pub format: FormatDoc,
+    /// CSV options (only for `csv`).
+    #[serde(default)]
+    pub csv: Option<CsvDoc>,
+    /// Compression.
+    #[serde(default)]
+    pub compression: CompressionDoc,
+    /// Explicit schema: the columns, in order.
+    pub schema: Vec<ColumnSpec>,
+    /// Numeric columns whose sums are recorded for reconciliation.
+    #[serde(default)]
+    pub sum_columns: Vec<String>,
+    /// How an empty CSV field of a string column is read (`null`, the default, or `empty`).
+    #[serde(default)]
+    pub empty_strings: EmptyStringsDoc,
+    /// Output location.
+    pub output: OutputDoc,
+    /// Delete policy.
+    #[serde(default)]
+    pub on_delete: OnDelete,
+    /// Mode.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Failed attempts before an object is quarantined (default 3).
+    #[serde(default = "default_attempts")]
+    pub max_attempts: u32,
+    /// Objects larger than this are rejected (recorded, not processed).
+    #[serde(default)]
+    pub max_object_bytes: Option<u64>,
+    /// Decompressed bytes beyond this fail the object (a guard against decompression bombs;
+    /// default 64 GiB).
+    #[serde(default)]
+    pub max_decoded_bytes: Option<u64>,
+}
+
+fn default_attempts() -> u32 {
+    3
+}
+
+/// See [`SourceDoc::empty_strings`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EmptyStringsDoc {
+    /// NULL (arrow-csv's reading).
+    #[default]
+    Null,
+    /// The empty string (pyarrow's and pandas' reading).
+    Empty,
+}
+
+/// A validated source, ready to route and convert.
+#[derive(Debug, Clone)]
+pub struct Source {
+    /// The document it came from.
+    pub doc: SourceDoc,
+    /// Its Arrow schema.
+    pub schema: SchemaRef,
+    /// Fingerprint of everything that shapes its output.
+    pub fingerprint: String,
+    include: Option<GlobSet>,
+    exclude: Option<GlobSet>,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The sources, in document order.
+    pub sources: Vec<Source>,
+}
+
+impl Config {
+    /// Read the document from `TIDEMARK_CONFIG_FILE` or `TIDEMARK_CONFIG`.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        if let Ok(path) = std::env::var(ENV_CONFIG_FILE) {
+            return Self::from_file(Path::new(&path));
+        }
+        match std::env::var(ENV_CONFIG) {
+            Ok(json) => Self::from_json(&json),
+            Err(_) => Err(ConfigError::Missing),
+        }
+    }
+
+    /// Read the document from a file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_json(&text)
+    }
+
+    /// Parse and validate the document.
+    pub fn from_json(text: &str) -> Result<Self, ConfigError> {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        let doc: ConfigDoc = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            invalid(
+                if path == "." { "document".into() } else { path },
+                e.into_inner().to_string(),
+            )
+        })?;
+        Self::from_doc(doc)
+    }
+
+    /// Validate a parsed document.
+    pub fn from_doc(doc: ConfigDoc) -> Result<Self, ConfigError> {
+        if doc.sources.is_empty() {
+            return Err(invalid("sources", "at least one source is required"));
+        }
+        let mut ids = HashSet::new();
+        let sources = doc
+            .sources
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if !ids.insert(s.source_id.clone()) {
+                    return Err(invalid(
+                        format!("sources[{i}].source_id"),
+                        format!("duplicate source_id {:?}", s.source_id),
+                    ));
+                }
+                Source::new(s, &format!("sources[{i}]"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { sources })
+    }
+
+    /// The sources that claim `bucket/key`, in document order.
+    pub fn route<'a>(&'a self, bucket: &'a str, key: &'a str) -> impl Iterator<Item = &'a Source> {
+        self.sources.iter().filter(move |s| s.matches(bucket, key))
+    }
+
+    /// The source with this id.
+    pub fn source(&self, source_id: &str) -> Option<&Source> {
+        self.sources.iter().find(|s| s.doc.source_id == source_id)
+    }
+}
+
+fn globs(patterns: &[String], at: &str) -> Result<Option<GlobSet>, ConfigError> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    let mut b = GlobSetBuilder::new();
+    for (i, p) in patterns.iter().enumerate() {
+        b.add(Glob::new(p).map_err(|e| invalid(format!("{at}[{i}]"), e.to_string()))?);
+    }
+    b.build()
+        .map(Some)
+        .map_err(|e| invalid(at.to_string(), e.to_string()))
+}
+
+fn ascii_byte(c: char, at: &str) -> Result<u8, ConfigError> {
+    u8::try_from(c)
+        .ok()
+        .filter(u8::is_ascii)
+        .ok_or_else(|| invalid(at.to_string(), format!("{c:?} is not one ASCII character")))
+}
+
+impl Source {
+    fn new(doc: SourceDoc, at: &str) -> Result<Self, ConfigError> {
+        let id = &doc.source_id;
+        if id.is_empty()
+            || id.len() > 64
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+        {
+            return Err(invalid(
+                format!("{at}.source_id"),
+                format!("{id:?} must be 1-64 characters of a-z, 0-9, _ and -"),
+            ));
+        }
+        if doc.bucket.is_empty() {
+            return Err(invalid(format!("{at}.bucket"), "must not be empty"));
+        }
+        if doc.output.bucket.is_empty() {
+            return Err(invalid(format!("{at}.output.bucket"), "must not be empty"));
+        }
+        if doc.output.bucket == doc.bucket
+            && (doc.output.prefix.starts_with(&doc.prefix) || doc.prefix.starts_with(&doc.output.prefix))
+        {
+            return Err(invalid(
+                format!("{at}.output.prefix"),
+                "output prefix overlaps the source prefix in the same bucket: outputs would trigger ingest",
+            ));
+        }
+        if doc.schema.is_empty() {
+            return Err(invalid(format!("{at}.schema"), "at least one column is required"));
+        }
+        let mut names = HashSet::new();
+        for (i, c) in doc.schema.iter().enumerate() {
+            if !names.insert(c.name.as_str()) {
+                return Err(invalid(
+                    format!("{at}.schema[{i}].name"),
+                    format!("duplicate column {:?}", c.name),
+                ));
+            }
+        }
+        for (i, name) in doc.sum_columns.iter().enumerate() {
+            match doc.schema.iter().find(|c| &c.name == name) {
+                None => {
+                    return Err(invalid(
+                        format!("{at}.sum_columns[{i}]"),
+                        format!("{name:?} is not a column of the schema"),
+                    ));
+                }
+                Some(c) if !c.ty.is_summable() => {
+                    return Err(invalid(
+                        format!("{at}.sum_columns[{i}]"),
+                        format!("{name:?} is {}, not a numeric column", c.ty),
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        if doc.max_attempts == 0 {
+            return Err(invalid(format!("{at}.max_attempts"), "must be at least 1"));
+        }
+        if doc.format == FormatDoc::Jsonl && doc.csv.is_some() {
+            return Err(invalid(format!("{at}.csv"), "only for format \"csv\""));
+        }
+        if let Some(csv) = &doc.csv {
+            ascii_byte(csv.delimiter, &format!("{at}.csv.delimiter"))?;
+            ascii_byte(csv.quote, &format!("{at}.csv.quote"))?;
+            if let Some(e) = csv.escape {
+                ascii_byte(e, &format!("{at}.csv.escape"))?;
+            }
+        }
+        let include = globs(&doc.include, &format!("{at}.include"))?;
+        let exclude = globs(&doc.exclude, &format!("{at}.exclude"))?;
+        let schema = arrow_schema(&doc.schema);
+        let fingerprint = fingerprint(&doc);
+        Ok(Self {
+            doc,
+            schema,
+            fingerprint,
+            include,
+            exclude,
+        })
+    }
+
+    /// The source id.
+    pub fn id(&self) -> &str {
+        &self.doc.source_id
+    }
+
+    /// Does this source claim `bucket/key`?
+    pub fn matches(&self, bucket: &str, key: &str) -> bool {
+        if bucket != self.doc.bucket {
+            return false;
+        }
+        let Some(rel) = key.strip_prefix(self.doc.prefix.as_str()) else {
+            return false;
+        };
+        if rel.is_empty() || rel.ends_with('/') {
+            return false;
+        }
+        self.include.as_ref().is_none_or(|g| g.is_match(rel))
+            && !self.exclude.as_ref().is_some_and(|g| g.is_match(rel))
+    }
+
+    /// How to convert `key`.
+    pub fn convert_spec(&self, key: &str) -> ConvertSpec {
+        let compression = match self.doc.compression {
+            CompressionDoc::None => Compression::None,
+            CompressionDoc::Gzip => Compression::Gzip,
+            CompressionDoc::Zstd => Compression::Zstd,
+            CompressionDoc::Auto => {
+                let lower = key.to_ascii_lowercase();
+                if lower.ends_with(".gz") || lower.ends_with(".gzip") {
+                    Compression::Gzip
+                } else if lower.ends_with(".zst") || lower.ends_with(".zstd") {
+                    Compression::Zstd
+                } else {
+                    Compression::None
+                }
+            }
+        };
+        let format = match self.doc.format {
+            FormatDoc::Jsonl => InputFormat::JsonLines,
+            FormatDoc::Csv => {
+                let c = self.doc.csv.clone().unwrap_or_default();
+                // Validated as ASCII in `Source::new`.
+                InputFormat::Csv(CsvOptions {
+                    delimiter: c.delimiter as u8,
+                    quote: c.quote as u8,
+                    escape: c.escape.map(|e| e as u8),
+                    header: c.header,
+                })
+            }
+        };
+        let mut spec = ConvertSpec::new(format, self.schema.clone());
+        spec.compression = compression;
+        spec.sum_columns = self.doc.sum_columns.clone();
+        spec.max_decoded_bytes = Some(self.doc.max_decoded_bytes.unwrap_or(64 << 30));
+        spec.empty_strings = match self.doc.empty_strings {
+            EmptyStringsDoc::Null => EmptyStrings::Null,
+            EmptyStringsDoc::Empty => EmptyStrings::Empty,
+        };
+        spec
+    }
+
+    /// The one output key of source key `key`: deterministic, so a replay replaces it.
+    pub fn output_key(&self, key: &str) -> String {
+        let rel = key.strip_prefix(self.doc.prefix.as_str()).unwrap_or(key);
+        let partition = match self.doc.output.partitioning {
+            Partitioning::None => String::new(),
+            Partitioning::KeyDate => format!(
+                "dt={}/",
+                date_in_key(key).unwrap_or_else(|| "__HIVE_DEFAULT_PARTITION__".into())
+            ),
+        };
+        format!("{}{partition}{rel}.parquet", self.doc.output.prefix)
+    }
+}
+
+/// The first `YYYY-MM-DD` or `YYYY/MM/DD` in `key`, as `YYYY-MM-DD`.
+fn date_in_key(key: &str) -> Option<String> {
+    let b = key.as_bytes();
+    (0..b.len().saturating_sub(9)).find_map(|i| {
+        let w = &b[i..i + 10];
+        let num = |r: std::ops::Range<usize>| {
+            w[r].iter()
+                .try_fold(0u32, |n, c| c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0')))
+        };
+        let sep = w[4];
+        let shaped = (sep == b'-' || sep == b'/')
+            && w[7] == sep
+            && (i == 0 || !b[i - 1].is_ascii_digit())
+            && b.get(i + 10).is_none_or(|c| !c.is_ascii_digit());
+        let (_, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+        (shaped && (1..=12).contains(&month) && (1..=31).contains(&day)).then(|| {
+            // Every byte of the window is ASCII here, so these are char boundaries.
+            format!("{}-{}-{}", &key[i..i + 4], &key[i + 5..i + 7], &key[i + 8..i + 10])
+        })
+    })
+}
+
+/// A stable fingerprint (FNV-1a, 64 bits) of what shapes a source's output, so a change of
+/// schema or format can be detected per object.
+fn fingerprint(doc: &SourceDoc) -> String {
+    let shape = serde_json::json!({
+        "format": doc.format, "csv": doc.csv, "compression": doc.compression,
+        "schema": doc.schema, "sum_columns": doc.sum_columns,
+        "empty_strings": doc.empty_strings, "output": doc.output,
+    });
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in shape.to_string().bytes() {
+        h ^= u64::from(byte);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(extra: &str) -> String {
+        format!(
+            r#"{{"sources":[{{"source_id":"orders","bucket":"landing","prefix":"orders/",
+            "format":"csv","schema":[{{"name":"id","type":"int64","nullable":false}},
+            {{"name":"amount","type":"decimal(12,2)"}}],"sum_columns":["amount"],
+            "output":{{"bucket":"lake","prefix":"orders/"}}{extra}}}]}}"#
+        )
+    }
+
+    #[test]
+    fn a_valid_document_loads_with_defaults() {
+        let c = Config::from_json(&doc("")).unwrap();
+        let s = &c.sources[0];
+        assert_eq!(s.doc.max_attempts, 3);
+        assert_eq!(s.doc.mode, Mode::Enable);
+        assert!(s.matches("landing", "orders/a.csv"));
+        assert!(!s.matches("landing", "other/a.csv"));
+        assert!(!s.matches("lake", "orders/a.csv"));
+        assert_eq!(s.output_key("orders/x/a b.csv"), "orders/x/a b.csv.parquet");
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = Config::from_json(&doc(r#","mode":"sometimes""#)).unwrap_err();
+        assert!(e.to_string().contains("sources[0].mode"), "{e}");
+        let bad_type = doc("").replace("decimal(12,2)", "money");
+        let e = Config::from_json(&bad_type).unwrap_err();
+        assert!(e.to_string().contains("sources[0].schema[1].type"), "{e}");
+        let e = Config::from_json(&doc(r#","surprise":1"#)).unwrap_err();
+        assert!(e.to_string().contains("surprise"), "{e}");
+        let bad_sum = doc("").replace(r#"["amount"]"#, r#"["nope"]"#);
+        let e = Config::from_json(&bad_sum).unwrap_err();
+        assert!(e.to_string().contains("sources[0].sum_columns[0]"), "{e}");
+    }
+
+    #[test]
+    fn output_inside_the_watched_prefix_is_refused() {
+        let looped = doc("").replace(r#""bucket":"lake""#, r#""bucket":"landing""#);
+        let e = Config::from_json(&looped).unwrap_err();
+        assert!(e.to_string().contains("trigger ingest"), "{e}");
+    }
+
+    #[test]
+    fn include_and_exclude_globs_apply_to_the_relative_key() {
+        let c = Config::from_json(&doc(r#","include":["*.csv"],"exclude":["tmp/*"]"#)).unwrap();
+        let s = &c.sources[0];
+        assert!(s.matches("landing", "orders/2024/01/a.csv"));
+        assert!(!s.matches("landing", "orders/a.json"));
+        assert!(!s.matches("landing", "orders/tmp/a.csv"));
+    }
+
+    #[test]
+    fn key_date_partitioning_reads_the_date_from_the_key() {
+        assert_eq!(date_in_key("orders/2024/03/09/a.csv").as_deref(), Some("2024-03-09"));
+        assert_eq!(date_in_key("orders/x-2024-12-31.csv").as_deref(), Some("2024-12-31"));
+        assert_eq!(date_in_key("orders/12024-12-31.csv"), None);
+        assert_eq!(date_in_key("orders/2024-13-01.csv"), None);
+        assert_eq!(date_in_key("é/2024-02-0ü/99999999999/-/-/.csv"), None);
+        let c = Config::from_json(&doc("").replace(
+            r#""prefix":"orders/"}"#,
+            r#""prefix":"out/","partitioning":"key_date"}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            c.sources[0].output_key("orders/2024-03-09.csv"),
+            "out/dt=2024-03-09/2024-03-09.csv.parquet"
+        );
+    }
+
+    #[test]
+    fn fingerprint_moves_with_the_schema_only() {
+        let a = Config::from_json(&doc("")).unwrap();
+        let b = Config::from_json(&doc(r#","max_attempts":5"#)).unwrap();
+        let c = Config::from_json(&doc("").replace("int64", "int32")).unwrap();
+        assert_eq!(a.sources[0].fingerprint, b.sources[0].fingerprint);
+        assert_ne!(a.sources[0].fingerprint, c.sources[0].fingerprint);
+    }
+}

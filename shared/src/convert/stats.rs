@@ -1,0 +1,331 @@
+//! What a conversion reports: row count, exact column sums and byte counts.
+//!
+//! The sums let a caller reconcile the Parquet output with the source (or with a
+//! control total shipped next to it), so integer and decimal sums are exact `i128`
+//! arithmetic, and every sum prints as an exact decimal string that
+//! [`SumValue::parse_for`] reads back without loss.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    ArrowPrimitiveType, Decimal128Type, Float32Type, Float64Type, Int32Type, Int64Type,
+};
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::Schema;
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
+
+use super::ConvertError;
+use crate::schema::ColumnType;
+
+/// The sum of a column's non-NULL values.
+///
+/// Serialized as its [`Display`](fmt::Display) string, e.g. `"12.30"`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SumValue {
+    /// Sum of an `int32` or `int64` column, exact.
+    Int(i128),
+    /// Sum of a `decimal(P,S)` column, exact: `unscaled × 10^-scale`.
+    Decimal {
+        /// The sum in units of `10^-scale`.
+        unscaled: i128,
+        /// Digits after the decimal point (the column's scale).
+        scale: i8,
+    },
+    /// Sum of a `float32` or `float64` column, added in `f64` in row order.
+    Float(f64),
+}
+
+/// A string that is not a sum of the expected type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParseSumError(String);
+
+impl SumValue {
+    /// The sum of no values of type `ty`, `None` if `ty` is not summable.
+    fn zero(ty: ColumnType) -> Option<Self> {
+        match ty {
+            ColumnType::Int32 | ColumnType::Int64 => Some(Self::Int(0)),
+            ColumnType::Decimal { scale, .. } => Some(Self::Decimal { unscaled: 0, scale }),
+            ColumnType::Float32 | ColumnType::Float64 => Some(Self::Float(0.0)),
+            _ => None,
+        }
+    }
+
+    /// Reads back the [`Display`](fmt::Display) form of the sum of a column of type
+    /// `ty`. A decimal may have fewer fraction digits than the scale (`"12.3"` for
+    /// `decimal(12,2)` is 12.30) but not more.
+    pub fn parse_for(ty: &ColumnType, s: &str) -> Result<Self, ParseSumError> {
+        let error = || ParseSumError(format!("invalid sum {s:?} for a {ty} column"));
+        match *ty {
+            ColumnType::Int32 | ColumnType::Int64 => s.parse().map(Self::Int).map_err(|_| error()),
+            ColumnType::Float32 | ColumnType::Float64 => {
+                s.parse().map(Self::Float).map_err(|_| error())
+            }
+            ColumnType::Decimal { scale, .. } => {
+                let (unscaled, digits) = parse_decimal(s).ok_or_else(error)?;
+                let missing = u32::try_from(i32::from(scale) - i32::from(digits)).map_err(|_| error())?;
+                let unscaled = 10i128
+                    .checked_pow(missing)
+                    .and_then(|factor| unscaled.checked_mul(factor))
+                    .ok_or_else(error)?;
+                Ok(Self::Decimal { unscaled, scale })
+            }
+            _ => Err(ParseSumError(format!("a {ty} column has no sum"))),
+        }
+    }
+
+    /// Adds the non-NULL values of `array` in order; `None` on overflow or if `array`
+    /// is not of this sum's type.
+    fn add(&mut self, array: &dyn Array) -> Option<()> {
+        match self {
+            Self::Int(total) => add_exact::<Int32Type>(total, array)
+                .or_else(|| add_exact::<Int64Type>(total, array)),
+            Self::Decimal { unscaled, .. } => add_exact::<Decimal128Type>(unscaled, array),
+            Self::Float(total) => add_float::<Float64Type>(total, array)
+                .or_else(|| add_float::<Float32Type>(total, array)),
+        }
+    }
+}
+
+fn add_exact<T>(total: &mut i128, array: &dyn Array) -> Option<()>
+where
+    T: ArrowPrimitiveType,
+    T::Native: Into<i128>,
+{
+    let values = array.as_primitive_opt::<T>()?;
+    *total = values
+        .iter()
+        .flatten()
+        .try_fold(*total, |sum, v| sum.checked_add(v.into()))?;
+    Some(())
+}
+
+fn add_float<T>(total: &mut f64, array: &dyn Array) -> Option<()>
+where
+    T: ArrowPrimitiveType,
+    T::Native: Into<f64>,
+{
+    let values = array.as_primitive_opt::<T>()?;
+    *total = values.iter().flatten().fold(*total, |sum, v| sum + v.into());
+    Some(())
+}
+
+/// Parses `[+-]digits[.digits]` into its digits as an integer and the number of
+/// fraction digits.
+fn parse_decimal(s: &str) -> Option<(i128, i8)> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    let all_digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    let unsigned = int.strip_prefix(['-', '+']).unwrap_or(int);
+    if unsigned.is_empty() || !all_digits(unsigned) || !all_digits(frac) || s.ends_with('.') {
+        return None;
+    }
+    Some((format!("{int}{frac}").parse().ok()?, frac.len().try_into().ok()?))
+}
+
+impl fmt::Display for SumValue {
+    /// Integers as such, decimals with exactly `scale` fraction digits (`"-0.05"`),
+    /// floats in the shortest form that reads back to the same `f64`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::Int(v) => write!(f, "{v}"),
+            Self::Float(v) => write!(f, "{v}"),
+            Self::Decimal { unscaled, scale } => {
+                let sign = if unscaled < 0 { "-" } else { "" };
+                let digits = unscaled.unsigned_abs().to_string();
+                match usize::try_from(scale) {
+                    Ok(0) => write!(f, "{sign}{digits}"),
+                    Ok(scale) => {
+                        let padded = format!("{digits:0>width$}", width = scale + 1);
+                        let (int, frac) = padded.split_at(padded.len() - scale);
+                        write!(f, "{sign}{int}.{frac}")
+                    }
+                    // A negative scale counts zeros before the point.
+                    Err(_) if unscaled == 0 => f.write_str("0"),
+                    Err(_) => write!(f, "{sign}{digits}{}", "0".repeat(scale.unsigned_abs().into())),
+                }
+            }
+        }
+    }
+}
+
+impl FromStr for SumValue {
+    type Err = ParseSumError;
+
+    /// Reads any [`Display`](fmt::Display) form without knowing the column type: an
+    /// integer is [`SumValue::Int`], digits with a point are [`SumValue::Decimal`] with
+    /// as many fraction digits as written, anything else `f64` accepts is
+    /// [`SumValue::Float`]. So a float sum of `12` reads back as `Int(12)`; use
+    /// [`SumValue::parse_for`] to get the column's variant.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Ok(v) = s.parse() {
+            Ok(Self::Int(v))
+        } else if let Some((unscaled, scale)) = parse_decimal(s) {
+            Ok(Self::Decimal { unscaled, scale })
+        } else {
+            s.parse()
+                .map(Self::Float)
+                .map_err(|_| ParseSumError(format!("invalid sum {s:?}")))
+        }
+    }
+}
+
+impl Serialize for SumValue {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for SumValue {
+    /// As [`SumValue::from_str`].
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(de::Error::custom)
+    }
+}
+
+/// What [`convert`](super::convert) did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConvertStats {
+    /// Rows written.
+    pub rows: u64,
+    /// Sum of each of [`ConvertSpec::sum_columns`](super::ConvertSpec::sum_columns),
+    /// zero when there are no rows.
+    pub sums: BTreeMap<String, SumValue>,
+    /// Bytes consumed from the input (compressed, if it is).
+    pub bytes_read: u64,
+    /// Bytes after decompression, including any byte order mark.
+    pub bytes_decoded: u64,
+    /// Row groups in the Parquet file.
+    pub row_groups: usize,
+}
+
+/// Running sums of the requested columns.
+pub(super) struct Sums(Vec<(usize, String, SumValue)>);
+
+impl Sums {
+    /// Sums of `columns`, which must be summable columns of `schema` (of `types`).
+    pub(super) fn new(
+        schema: &Schema,
+        types: &[ColumnType],
+        columns: &[String],
+    ) -> Result<Self, ConvertError> {
+        let mut sums: Vec<(usize, String, SumValue)> = Vec::with_capacity(columns.len());
+        for name in columns {
+            let index = schema.index_of(name).map_err(|_| {
+                ConvertError::invalid_spec(format!("sum column {name:?} is not in the schema"))
+            })?;
+            let zero = SumValue::zero(types[index]).ok_or_else(|| {
+                ConvertError::invalid_spec(format!(
+                    "sum column {name:?} is of type {}, which cannot be summed",
+                    types[index]
+                ))
+            })?;
+            if sums.iter().all(|(i, ..)| *i != index) {
+                sums.push((index, name.clone(), zero));
+            }
+        }
+        Ok(Self(sums))
+    }
+
+    /// Adds the values of `batch`.
+    pub(super) fn add(&mut self, batch: &RecordBatch) -> Result<(), ConvertError> {
+        for (index, name, sum) in &mut self.0 {
+            sum.add(batch.column(*index)).ok_or_else(|| {
+                ConvertError::parse(None, Some(name), "the column's sum overflows 128 bits")
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The sums by column name.
+    pub(super) fn finish(self) -> BTreeMap<String, SumValue> {
+        self.0.into_iter().map(|(_, name, sum)| (name, sum)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Decimal128Array, Float32Array, Int32Array};
+
+    fn dec(unscaled: i128, scale: i8) -> SumValue {
+        SumValue::Decimal { unscaled, scale }
+    }
+
+    #[test]
+    fn display_is_exact() {
+        for (value, text) in [
+            (dec(1230, 2), "12.30"),
+            (dec(30, 2), "0.30"),
+            (dec(5, 2), "0.05"),
+            (dec(-5, 2), "-0.05"),
+            (dec(-1230, 2), "-12.30"),
+            (dec(0, 2), "0.00"),
+            (dec(7, 0), "7"),
+            (dec(12, -2), "1200"),
+            (dec(i128::MIN, 38), "-1.70141183460469231731687303715884105728"),
+            (SumValue::Int(-42), "-42"),
+            (SumValue::Float(0.1 + 0.2), "0.30000000000000004"),
+        ] {
+            assert_eq!(value.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn parse_for_reads_display_back() {
+        let d = ColumnType::Decimal { precision: 12, scale: 2 };
+        for value in [dec(1230, 2), dec(-5, 2), dec(0, 2), dec(i128::MAX, 2)] {
+            assert_eq!(SumValue::parse_for(&d, &value.to_string()), Ok(value));
+        }
+        assert_eq!(SumValue::parse_for(&d, "12.3"), Ok(dec(1230, 2)));
+        assert_eq!(SumValue::parse_for(&d, "-12"), Ok(dec(-1200, 2)));
+        assert!(SumValue::parse_for(&d, "1.234").is_err(), "would lose digits");
+        for bad in ["", ".5", "1.", "1.2.3", "1e3", "--1", "abc"] {
+            assert!(SumValue::parse_for(&d, bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            SumValue::parse_for(&ColumnType::Int64, "-170141183460469231731687303715884105728"),
+            Ok(SumValue::Int(i128::MIN))
+        );
+        let f = SumValue::Float(0.1 + 0.2);
+        assert_eq!(SumValue::parse_for(&ColumnType::Float32, &f.to_string()), Ok(f));
+        let err = SumValue::parse_for(&ColumnType::Date, "1").unwrap_err();
+        assert_eq!(err.to_string(), "a date column has no sum");
+    }
+
+    #[test]
+    fn from_str_and_serde() {
+        assert_eq!("12.30".parse(), Ok(dec(1230, 2)));
+        assert_eq!("-3".parse(), Ok(SumValue::Int(-3)));
+        assert_eq!("1e3".parse(), Ok(SumValue::Float(1000.0)));
+        assert!("x".parse::<SumValue>().is_err());
+        let json = serde_json::to_string(&dec(1230, 2)).unwrap();
+        assert_eq!(json, r#""12.30""#);
+        assert_eq!(serde_json::from_str::<SumValue>(&json).unwrap(), dec(1230, 2));
+    }
+
+    #[test]
+    fn sums_skip_nulls_and_are_exact() {
+        let mut int = SumValue::Int(0);
+        int.add(&Int32Array::from(vec![Some(i32::MAX), None, Some(i32::MAX)])).unwrap();
+        assert_eq!(int, SumValue::Int(2 * i128::from(i32::MAX)));
+
+        let mut d = dec(0, 2);
+        let a = Decimal128Array::from(vec![Some(10), None, Some(20)]).with_precision_and_scale(12, 2);
+        d.add(&a.unwrap()).unwrap();
+        assert_eq!(d.to_string(), "0.30");
+
+        let mut f = SumValue::Float(0.0);
+        f.add(&Float32Array::from(vec![Some(0.5), None, Some(0.25)])).unwrap();
+        assert_eq!(f, SumValue::Float(0.75));
+        assert_eq!(f.add(&Int32Array::from(vec![1])), None, "type mismatch");
+
+        let mut big = dec(i128::MAX - 1, 0);
+        let a = Decimal128Array::from(vec![2]).with_precision_and_scale(38, 0).unwrap();
+        assert_eq!(big.add(&a), None, "overflow");
+    }
+}

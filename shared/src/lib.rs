@@ -1,0 +1,33 @@
+//! tidemark: process what is new in S3 exactly once.
+//!
+//! An object event (or a listing) names a version of an object; the ledger decides, with one
+//! conditional write, whether this worker processes it; the object is converted to Parquet and
+//! written under a key derived from the source key with a conditional PUT; only then is the
+//! version committed. Duplicate, reordered and concurrent events, overwrites, deletes and
+//! crashes at any step leave exactly one output per source object.
+//!
+//! Module map:
+//! - [`events`]: every S3 event delivery shape → [`events::ObjectEvent`]; key decoding and
+//!   sequencer ordering.
+//! - [`config`]: the sources document, validated once at start-up.
+//! - [`model`], [`protocol`]: ledger records and the pure rules that move them.
+//! - [`ports`]: `ObjectStore`, `Ledger`, `Clock`; [`aws`]: their S3 and DynamoDB adapters.
+//! - [`schema`], [`convert`]: CSV / JSON Lines (plain, gzip, zstd) → Parquet, rows and sums.
+//! - [`process`]: the per-object path every capability shares.
+//! - [`ingest`]: the ingest handler (the Lambda's body, also runnable in-process).
+//! - [`telemetry`]: logging set-up shared by the binaries.
+
+pub mod aws;
+pub mod config;
+pub mod convert;
+pub mod error;
+pub mod events;
+pub mod ingest;
+pub mod model;
+pub mod ports;
+pub mod process;
+pub mod protocol;
+pub mod schema;
+pub mod telemetry;
+
+pub use error::{ProcessError, Result};

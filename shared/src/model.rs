@@ -1,0 +1,234 @@
+//! The ledger's data model: one [`Record`] per `(source_id, key)`, the version it refers to,
+//! and the claim, commit and failure state the protocol moves it through.
+//!
+//! A record is plain data. It is stored field for field as a DynamoDB item (see
+//! `aws::dynamodb` for the item layout) and as a SQLite row, so an operator can read it with
+//! the tools they already have. Every rule that changes a record lives in [`crate::protocol`].
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::events::Sequencer;
+
+/// One version of one source object: what a claim, a commit or a failure refers to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionRef {
+    /// The identity of the version: the S3 versionId where the bucket is versioned, else the
+    /// ETag (without quotes).
+    pub version: String,
+    /// S3 versionId, when the bucket is versioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
+    /// ETag without quotes; the GET is pinned to it (`If-Match`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    /// The S3 event sequencer of the write that created this version, when an event told us.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequencer: Option<Sequencer>,
+    /// Size in bytes, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// A delete of the object (a `DeleteObject` or a delete marker).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteRef {
+    /// The sequencer of the delete event, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sequencer: Option<Sequencer>,
+    /// The versionId the delete event named (a delete marker's own id, or the version removed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
+    /// True for `ObjectRemoved:DeleteMarkerCreated`.
+    #[serde(default)]
+    pub delete_marker: bool,
+}
+
+/// What a unit of work brings the key to: a new version, or a deletion.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Target {
+    /// Process this version of the object.
+    Version(VersionRef),
+    /// The object was deleted.
+    Delete(DeleteRef),
+}
+
+impl Target {
+    /// The sequencer of the event behind this target, if any.
+    pub fn sequencer(&self) -> Option<&Sequencer> {
+        match self {
+            Target::Version(v) => v.sequencer.as_ref(),
+            Target::Delete(d) => d.sequencer.as_ref(),
+        }
+    }
+
+    /// Does this target denote the same state of the object as `other`?
+    ///
+    /// Two versions are the same when their identities match; two deletes are the same when
+    /// their sequencers match (or neither has one).
+    pub fn same_as(&self, other: &Target) -> bool {
+        match (self, other) {
+            (Target::Version(a), Target::Version(b)) => a.version == b.version,
+            (Target::Delete(a), Target::Delete(b)) => a.sequencer == b.sequencer,
+            _ => false,
+        }
+    }
+
+    /// Order two targets of the same key by their event sequencers. `None` when either has
+    /// no sequencer (listing-driven work, or an emulator that sends none): the pinned GET and
+    /// the HEAD before a delete then decide what is current.
+    pub fn order(&self, other: &Target) -> Option<Ordering> {
+        Some(self.sequencer()?.cmp(other.sequencer()?))
+    }
+
+    /// A short human label: `version <id>` or `delete`.
+    pub fn label(&self) -> String {
+        match self {
+            Target::Version(v) => format!("version {}", v.version),
+            Target::Delete(_) => "delete".to_string(),
+        }
+    }
+}
+
+/// One output object written for a committed version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputRef {
+    /// Output bucket.
+    pub bucket: String,
+    /// Output key.
+    pub key: String,
+    /// ETag the output had when committed; replacements are conditional on it.
+    pub etag: String,
+}
+
+/// The committed state of a key: the version processed (with its numbers), or a tombstone.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Committed {
+    /// The version (or delete) that was committed.
+    pub target: Target,
+    /// Rows written (0 for a delete).
+    pub rows: u64,
+    /// Exact sums of the configured columns, as decimal strings.
+    #[serde(default)]
+    pub sums: BTreeMap<String, String>,
+    /// Outputs that hold this version's rows (kept outputs of a delete under policy `keep`).
+    #[serde(default)]
+    pub outputs: Vec<OutputRef>,
+    /// Fingerprint of the source configuration the version was processed under.
+    pub config_fp: String,
+    /// When the commit happened (ms since the epoch).
+    pub committed_at: i64,
+    /// The run (invocation or CLI run) that committed it.
+    pub run_id: String,
+}
+
+/// A live or expired claim: one worker's exclusive right to bring the key to `target`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    /// Random token of this claim; a commit or release succeeds only while it is still here.
+    pub token: String,
+    /// What the holder is bringing the key to.
+    pub target: Target,
+    /// Lease expiry (ms since the epoch): the invocation deadline plus a margin.
+    pub lease_until: i64,
+    /// When the claim was taken.
+    pub claimed_at: i64,
+    /// The run (invocation or CLI run) holding it.
+    pub run_id: String,
+}
+
+/// Status of a record, stored for queries and derived from the rest by [`Record::derive_status`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// A worker holds a claim (live or expired).
+    Claimed,
+    /// The newest known version is processed.
+    Done,
+    /// The object is deleted and its outputs handled by policy.
+    Deleted,
+    /// A newer version is known and not processed yet.
+    Pending,
+    /// The last attempt failed; attempts are left.
+    Failed,
+    /// Attempts are exhausted; only a newer version (or an operator) moves it on.
+    Quarantined,
+    /// A claim was released because the version was no longer current; the newer version's
+    /// event (or reconcile) brings it.
+    Released,
+}
+
+impl Status {
+    /// The name used in items, rows and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Claimed => "claimed",
+            Status::Done => "done",
+            Status::Deleted => "deleted",
+            Status::Pending => "pending",
+            Status::Failed => "failed",
+            Status::Quarantined => "quarantined",
+            Status::Released => "released",
+        }
+    }
+}
+
+/// The ledger record of one key of one source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// The stable source id.
+    pub source_id: String,
+    /// The decoded S3 key.
+    pub key: String,
+    /// Derived from the fields below on every write; stored for queries.
+    pub status: Status,
+    /// Bumped by every write; every write is conditional on the revision it read.
+    pub rev: u64,
+    /// What has been committed for this key, if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub committed: Option<Committed>,
+    /// The claim of a worker, if any (it may have expired).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<Claim>,
+    /// The newest known target that is not committed yet: a version that arrived while another
+    /// was claimed ("superseded by"), or the version whose attempts failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<Target>,
+    /// Failed attempts at the pending (or claimed) target.
+    #[serde(default)]
+    pub attempts: u32,
+    /// The last error, naming the object and where.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Why the last claim ended without a commit, when it did (e.g. "not current").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// Last write (ms since the epoch).
+    pub updated_at: i64,
+}
+
+impl Record {
+    /// The status implied by the record's fields.
+    pub fn derive_status(&self, max_attempts: u32) -> Status {
+        if self.claim.is_some() {
+            return Status::Claimed;
+        }
+        if self.pending.is_some() {
+            return if self.attempts >= max_attempts {
+                Status::Quarantined
+            } else if self.attempts > 0 {
+                Status::Failed
+            } else {
+                Status::Pending
+            };
+        }
+        match self.committed.as_ref().map(|c| &c.target) {
+            Some(Target::Version(_)) => Status::Done,
+            Some(Target::Delete(_)) => Status::Deleted,
+            None => Status::Released,
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The ports the pipeline runs on: an object store (S3, or local folders), a ledger
+//! (DynamoDB, or SQLite) and a clock. They are object-safe (`dyn`), because the backend is
+//! chosen at run time (Lambda, CLI, tests) and fault-injecting layers wrap the real ones.
+//!
+//! Expected conflicts come back as values ([`PutOutcome::PreconditionFailed`],
+//! [`LedgerWrite::Conflict`]), never as errors: the protocol branches on them.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tokio::io::AsyncRead;
+
+use crate::error::{LedgerError, StoreError};
+use crate::model::Record;
+
+/// What the store knows of one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Key of the object.
+    pub key: String,
+    /// ETag without quotes.
+    pub etag: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// versionId, where the bucket is versioned.
+    pub version_id: Option<String>,
+    /// Last modified, ms since the epoch.
+    pub last_modified: i64,
+    /// User metadata (`x-amz-meta-*`), keys lower-case without the prefix.
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// An object body being read.
+pub type Body = Pin<Box<dyn AsyncRead + Send>>;
+
+/// The answer to a GET.
+pub enum GetOutcome {
+    /// The object, pinned to the requested ETag when one was given.
+    Found {
+        /// Its metadata.
+        meta: ObjectMeta,
+        /// Its bytes, streamed.
+        body: Body,
+    },
+    /// No such key.
+    NotFound,
+    /// The object exists but is another version than the one pinned (`If-Match` failed).
+    Changed,
+}
+
+/// The condition a write is made under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteCondition {
+    /// Only if no object exists under the key (`If-None-Match: *`).
+    Absent,
+    /// Only if the current object has this ETag (`If-Match`).
+    Matches(String),
+}
+
+/// The answer to a conditional write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// Written; the new ETag (without quotes).
+    Written {
+        /// ETag of the new object.
+        etag: String,
+    },
+    /// The condition did not hold: someone else's object is there (or none is).
+    PreconditionFailed,
+}
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default)]
+pub struct ListPage {
+    /// Objects in key order.
+    pub objects: Vec<ObjectMeta>,
+    /// Token of the next page, if any.
+    pub next: Option<String>,
+}
+
+/// A bucket-and-key object store with conditional writes.
+#[async_trait]
+pub trait ObjectStore: Send + Sync {
+    /// Metadata of the current object under `key`, if any.
+    async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectMeta>, StoreError>;
+
+    /// Stream the current object, only if its ETag is `if_match` (when given).
+    async fn get(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&str>,
+    ) -> Result<GetOutcome, StoreError>;
+
+    /// Write `body` under `key` with user `metadata`, if `condition` holds.
+    async fn put(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: Bytes,
+        metadata: &BTreeMap<String, String>,
+        condition: &WriteCondition,
+    ) -> Result<PutOutcome, StoreError>;
+
+    /// Start a multipart upload; returns its id.
+    async fn create_multipart(
+        &self,
+        bucket: &str,
+        key: &str,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<String, StoreError>;
+
+    /// Upload part `part_number` (1-based) of an upload; returns the part's ETag.
+    async fn upload_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: i32,
+        body: Bytes,
+    ) -> Result<String, StoreError>;
+
+    /// Complete an upload from its parts `(number, etag)`, if `condition` holds. On
+    /// [`PutOutcome::PreconditionFailed`] the upload stays open, so it can be completed again
+    /// under another condition.
+    async fn complete_multipart(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[(i32, String)],
+        condition: &WriteCondition,
+    ) -> Result<PutOutcome, StoreError>;
+
+    /// Abandon an upload and its parts.
+    async fn abort_multipart(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(), StoreError>;
+
+    /// Delete `key`, only if its ETag is `if_match` (when given). Deleting a missing key, or
+    /// one whose ETag moved on, is not an error: `false` says nothing was deleted.
+    async fn delete(
+        &self,
+        bucket: &str,
+        key: &str,
+        if_match: Option<&str>,
+    ) -> Result<bool, StoreError>;
+
+    /// One page of the objects under `prefix`.
+    async fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        page_token: Option<&str>,
+    ) -> Result<ListPage, StoreError>;
+}
+
+/// The answer to a conditional ledger write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LedgerWrite {
+    /// Written.
+    Written,
+    /// The condition failed; the record as it is now (`None`: it does not exist), returned by
+    /// the same request so a lost race needs no second read.
+    Conflict(Option<Box<Record>>),
+}
+
+/// The durable record of how far each key got. Each write is conditional on the record's
+/// revision; the rules of what to write live in [`crate::protocol`].
+#[async_trait]
+pub trait Ledger: Send + Sync {
+    /// The record of `(source_id, key)`, if any.
+    async fn get(&self, source_id: &str, key: &str) -> Result<Option<Record>, LedgerError>;
+
+    /// Write `record` only if no record exists for its key.
+    async fn create(&self, record: &Record) -> Result<LedgerWrite, LedgerError>;
+
+    /// Replace the record only if its stored revision is `expected_rev`.
+    async fn replace(&self, record: &Record, expected_rev: u64)
+    -> Result<LedgerWrite, LedgerError>;
+}
+
+/// Wall-clock time, injected so leases and lag are testable.
+pub trait Clock: Send + Sync {
+    /// Now, ms since the epoch.
+    fn now_ms(&self) -> i64;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        chrono::Utc::now().timestamp_millis()
+    }
+}
+
+/// A clock that moves only when told to.
+#[derive(Debug, Default, Clone)]
+pub struct TestClock(Arc<AtomicI64>);
+
+impl TestClock {
+    /// A clock standing at `ms`.
+    pub fn at(ms: i64) -> Self {
+        Self(Arc::new(AtomicI64::new(ms)))
+    }
+
+    /// Move the clock forward by `ms`.
+    pub fn advance(&self, ms: i64) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for TestClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}

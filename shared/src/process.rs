@@ -1,0 +1,885 @@
+//! The per-object path every capability shares (ingest events, CLI runs, reconcile repairs,
+//! backfills): claim → GET pinned to the version → convert → conditional PUT → commit, or
+//! fail / release. Generic over the ports, so it runs unchanged on S3 + DynamoDB and on the
+//! embedded backends, and fault-injection points let tests stop a worker at each step.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use tokio::sync::mpsc;
+use tokio_util::io::SyncIoBridge;
+use tracing::{info, warn};
+
+use crate::config::{Config, Mode, OnDelete, Source};
+use crate::convert::{ConvertError, ConvertStats, convert};
+use crate::error::{ProcessError, Result};
+use crate::events::{ObjectEvent, ObjectEventKind, Sequencer};
+use crate::model::{Committed, DeleteRef, OutputRef, Record, Target, VersionRef};
+use crate::ports::{
+    Body, Clock, GetOutcome, Ledger, LedgerWrite, ObjectStore, PutOutcome, WriteCondition,
+};
+use crate::protocol::{self, ClaimLost, ClaimRequest, Decision, Skip};
+
+/// User-metadata keys written on every output, so a retry can tell its own leftover output
+/// from a newer writer's.
+pub mod meta {
+    /// The source id.
+    pub const SOURCE_ID: &str = "tidemark-source-id";
+    /// The source key, percent-encoded (metadata is ASCII).
+    pub const SOURCE_KEY: &str = "tidemark-source-key";
+    /// The version identity of the source object the output came from.
+    pub const SOURCE_VERSION: &str = "tidemark-source-version";
+    /// The sequencer of that version, when known.
+    pub const SOURCE_SEQUENCER: &str = "tidemark-source-sequencer";
+    /// The run that wrote it.
+    pub const RUN: &str = "tidemark-run";
+}
+
+/// A protocol step at which a worker can be stopped (fault injection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// The claim is written.
+    AfterClaim,
+    /// The source object is open.
+    AfterGet,
+    /// The output is written, nothing committed.
+    AfterOutputPut,
+    /// Just before the commit write.
+    BeforeCommit,
+}
+
+impl Step {
+    /// The step's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::AfterClaim => "after claim",
+            Step::AfterGet => "after GET",
+            Step::AfterOutputPut => "after output PUT",
+            Step::BeforeCommit => "before commit",
+        }
+    }
+}
+
+/// Decides whether a worker stops at a step. Production uses [`NoFaults`].
+pub trait Faults: Send + Sync {
+    /// `Err(ProcessError::Crashed)` to stop the worker at `step` for `key`.
+    fn check(&self, step: Step, key: &str) -> Result<()>;
+}
+
+/// Never stops a worker.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoFaults;
+
+impl Faults for NoFaults {
+    fn check(&self, _: Step, _: &str) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Tunables of the per-object path.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Lease beyond the invocation deadline, ms.
+    pub lease_margin_ms: i64,
+    /// Multipart part size; an output below it goes up in one PUT.
+    pub part_size: usize,
+    /// Parts buffered between the converter and the uploader.
+    pub parts_in_flight: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            lease_margin_ms: 30_000,
+            part_size: 8 << 20,
+            parts_in_flight: 2,
+        }
+    }
+}
+
+/// Who is working and until when.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    /// Id of this run (the Lambda request id, or a CLI run id).
+    pub run_id: String,
+    /// The invocation deadline, ms since the epoch: leases end a margin after it.
+    pub deadline_ms: i64,
+}
+
+/// What happened to one object event for one source. None of these is an error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// A version was converted and committed.
+    Processed {
+        /// Its identity.
+        version: String,
+        /// Rows written.
+        rows: u64,
+        /// Its outputs.
+        outputs: Vec<OutputRef>,
+    },
+    /// A delete was committed; `outputs_removed` outputs were deleted by policy.
+    Deleted {
+        /// How many outputs were deleted.
+        outputs_removed: usize,
+    },
+    /// The protocol skipped the event (duplicate, stale, in flight, quarantined).
+    Skipped(Skip),
+    /// A newer version arrived during another worker's claim; it is recorded for the holder.
+    Deferred,
+    /// The claimed version is no longer the object's current one; the newer version's event
+    /// (or reconcile) brings it.
+    NotCurrent,
+    /// This object failed its last attempt and is quarantined.
+    Quarantined {
+        /// The last error.
+        error: String,
+    },
+    /// Processed without touching the ledger (source mode `pause` or `disable`).
+    Untracked {
+        /// Rows written.
+        rows: u64,
+    },
+    /// No source claims the object.
+    Unrouted,
+}
+
+impl Outcome {
+    /// A short name for logs and summaries.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Processed { .. } => "processed",
+            Outcome::Deleted { .. } => "deleted",
+            Outcome::Skipped(s) => s.as_str(),
+            Outcome::Deferred => "deferred",
+            Outcome::NotCurrent => "not_current",
+            Outcome::Quarantined { .. } => "quarantined",
+            Outcome::Untracked { .. } => "untracked",
+            Outcome::Unrouted => "unrouted",
+        }
+    }
+}
+
+/// The result of one event for one source.
+#[derive(Debug)]
+pub struct ObjectResult {
+    /// The source, if one claimed the object.
+    pub source_id: Option<String>,
+    /// Bucket.
+    pub bucket: String,
+    /// Key.
+    pub key: String,
+    /// What happened, or the error (already recorded in the ledger where it applies).
+    pub outcome: Result<Outcome>,
+}
+
+/// The per-object pipeline over its ports.
+#[derive(Clone)]
+pub struct Pipeline {
+    /// Source and output objects.
+    pub store: Arc<dyn ObjectStore>,
+    /// The ledger.
+    pub ledger: Arc<dyn Ledger>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// The sources.
+    pub config: Arc<Config>,
+    /// Fault injection ([`NoFaults`] in production).
+    pub faults: Arc<dyn Faults>,
+    /// Tunables.
+    pub settings: Settings,
+}
+
+enum Claimed {
+    Ours {
+        record: Record,
+        target: Target,
+        token: String,
+    },
+    Done(Outcome),
+}
+
+enum Work {
+    Commit(Committed),
+    Release(String),
+}
+
+impl Pipeline {
+    /// A pipeline with default settings and no fault injection.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        ledger: Arc<dyn Ledger>,
+        clock: Arc<dyn Clock>,
+        config: Arc<Config>,
+    ) -> Self {
+        Self {
+            store,
+            ledger,
+            clock,
+            config,
+            faults: Arc::new(NoFaults),
+            settings: Settings::default(),
+        }
+    }
+
+    /// Handle one object event: once per source that claims the object.
+    pub async fn handle_event(&self, event: &ObjectEvent, ctx: &RunContext) -> Vec<ObjectResult> {
+        let sources: Vec<&Source> = self.config.route(&event.bucket, &event.key).collect();
+        if sources.is_empty() {
+            info!(bucket = %event.bucket, key = %event.key, outcome = "unrouted", "no source claims this object");
+            return vec![ObjectResult {
+                source_id: None,
+                bucket: event.bucket.clone(),
+                key: event.key.clone(),
+                outcome: Ok(Outcome::Unrouted),
+            }];
+        }
+        let target = target_of(event);
+        let mut results = Vec::with_capacity(sources.len());
+        for source in sources {
+            let started = Instant::now();
+            let outcome = self
+                .process(source, &event.key, target.clone(), ctx)
+                .await;
+            log_result(source.id(), &event.bucket, &event.key, &target, &outcome, started);
+            results.push(ObjectResult {
+                source_id: Some(source.id().to_string()),
+                bucket: event.bucket.clone(),
+                key: event.key.clone(),
+                outcome,
+            });
+        }
+        results
+    }
+
+    /// Bring `key` of `source` to `target` through the ledger (or, for a paused or disabled
+    /// source, straight to its output).
+    pub async fn process(
+        &self,
+        source: &Source,
+        key: &str,
+        target: Target,
+        ctx: &RunContext,
+    ) -> Result<Outcome> {
+        match source.doc.mode {
+            Mode::Enable => self.process_tracked(source, key, target, ctx).await,
+            Mode::Pause | Mode::Disable => self.process_untracked(source, key, target, ctx).await,
+        }
+    }
+
+    async fn process_tracked(
+        &self,
+        source: &Source,
+        key: &str,
+        mut target: Target,
+        ctx: &RunContext,
+    ) -> Result<Outcome> {
+        let max = source.doc.max_attempts;
+        loop {
+            let (record, claimed, token) = match self.claim(source, key, target, ctx).await? {
+                Claimed::Done(outcome) => return Ok(outcome),
+                Claimed::Ours {
+                    record,
+                    target,
+                    token,
+                } => (record, target, token),
+            };
+            let work = self.work(source, key, &record, &claimed, &token, ctx).await;
+            let now = self.clock.now_ms();
+            match work {
+                Ok(Work::Commit(committed)) => {
+                    let old_outputs = record
+                        .committed
+                        .as_ref()
+                        .map(|c| c.outputs.clone())
+                        .unwrap_or_default();
+                    let outcome = match &committed.target {
+                        Target::Version(v) => Outcome::Processed {
+                            version: v.version.clone(),
+                            rows: committed.rows,
+                            outputs: committed.outputs.clone(),
+                        },
+                        Target::Delete(_) => Outcome::Deleted {
+                            outputs_removed: old_outputs.len() - committed.outputs.len(),
+                        },
+                    };
+                    let new_outputs = committed.outputs.clone();
+                    let after = self
+                        .transition(source, key, record, |r| {
+                            protocol::commit(r, &token, committed.clone(), now, max)
+                        })
+                        .await?;
+                    // Outputs of the replaced version that the new one did not overwrite.
+                    for old in old_outputs.iter().filter(|o| {
+                        !new_outputs
+                            .iter()
+                            .any(|n| n.bucket == o.bucket && n.key == o.key)
+                    }) {
+                        if matches!(claimed, Target::Version(_)) {
+                            self.store
+                                .delete(&old.bucket, &old.key, Some(&old.etag))
+                                .await?;
+                        }
+                    }
+                    match after.pending {
+                        // A newer version arrived while we worked: the holder picks it up.
+                        Some(next) => {
+                            info!(source_id = source.id(), key, next = %next.label(), "processing the version that arrived during the claim");
+                            target = next;
+                        }
+                        None => return Ok(outcome),
+                    }
+                }
+                Ok(Work::Release(note)) => {
+                    self.transition(source, key, record, |r| {
+                        protocol::release(r, &token, &note, now, max)
+                    })
+                    .await?;
+                    return Ok(Outcome::NotCurrent);
+                }
+                // A stopped worker writes nothing more: its lease expires.
+                Err(e @ ProcessError::Crashed(_)) => return Err(e),
+                Err(error) => {
+                    let message = error.to_string();
+                    let after = self
+                        .transition(source, key, record, |r| {
+                            protocol::fail(r, &token, &message, now, max)
+                        })
+                        .await?;
+                    if after.status == crate::model::Status::Quarantined {
+                        warn!(source_id = source.id(), key, attempts = after.attempts, error = %message, "quarantined");
+                        return Ok(Outcome::Quarantined { error: message });
+                    }
+                    return Err(error);
+                }
+            }
+        }
+    }
+
+    /// Take the claim, or learn why not, in as few requests as the race allows: one create
+    /// for a key never seen; on a conflict the ledger returns the current record, so each
+    /// further round trip is a single conditional write.
+    async fn claim(
+        &self,
+        source: &Source,
+        key: &str,
+        target: Target,
+        ctx: &RunContext,
+    ) -> Result<Claimed> {
+        let now = self.clock.now_ms();
+        let req = ClaimRequest {
+            source_id: source.id().to_string(),
+            key: key.to_string(),
+            target,
+            token: uuid::Uuid::new_v4().to_string(),
+            run_id: ctx.run_id.clone(),
+            now,
+            lease_until: ctx.deadline_ms.max(now) + self.settings.lease_margin_ms,
+            max_attempts: source.doc.max_attempts,
+        };
+        let fresh = protocol::fresh_claim(&req);
+        let mut current = match self.ledger.create(&fresh).await? {
+            LedgerWrite::Written => {
+                return Ok(Claimed::Ours {
+                    record: fresh,
+                    target: req.target.clone(),
+                    token: req.token,
+                });
+            }
+            LedgerWrite::Conflict(current) => current,
+        };
+        loop {
+            let decision = protocol::decide_claim(current.as_deref(), &req);
+            let (record, done) = match decision {
+                Decision::Skip(skip) => return Ok(Claimed::Done(Outcome::Skipped(skip))),
+                Decision::Claim { record, target } => (record, Err(target)),
+                Decision::Defer { record } => (record, Ok(Outcome::Deferred)),
+                Decision::Quarantine { record } => {
+                    let error = record.last_error.clone().unwrap_or_default();
+                    (record, Ok(Outcome::Quarantined { error }))
+                }
+            };
+            let write = match current.as_deref() {
+                None => self.ledger.create(&record).await?,
+                Some(c) => self.ledger.replace(&record, c.rev).await?,
+            };
+            match write {
+                LedgerWrite::Conflict(now_current) => current = now_current,
+                LedgerWrite::Written => {
+                    return Ok(match done {
+                        Ok(outcome) => Claimed::Done(outcome),
+                        Err(target) => Claimed::Ours {
+                            record,
+                            target,
+                            token: req.token,
+                        },
+                    });
+                }
+            }
+        }
+    }
+
+    /// Apply a transition of our claim as a conditional write, re-reading from the conflict
+    /// until it lands or the claim is no longer ours.
+    async fn transition(
+        &self,
+        source: &Source,
+        key: &str,
+        mut current: Record,
+        f: impl Fn(&Record) -> Result<Record, ClaimLost>,
+    ) -> Result<Record> {
+        let lost = |e: ClaimLost| ProcessError::ClaimLost {
+            bucket: source.doc.bucket.clone(),
+            key: key.to_string(),
+            source: e,
+        };
+        loop {
+            let next = f(&current).map_err(lost)?;
+            match self.ledger.replace(&next, current.rev).await? {
+                LedgerWrite::Written => return Ok(next),
+                LedgerWrite::Conflict(Some(now)) => current = *now,
+                LedgerWrite::Conflict(None) => return Err(lost(ClaimLost)),
+            }
+        }
+    }
+
+    async fn work(
+        &self,
+        source: &Source,
+        key: &str,
+        record: &Record,
+        target: &Target,
+        _token: &str,
+        ctx: &RunContext,
+    ) -> Result<Work> {
+        self.faults.check(Step::AfterClaim, key)?;
+        let bucket = &source.doc.bucket;
+        match target {
+            Target::Version(v) => {
+                let expected = record
+                    .committed
+                    .as_ref()
+                    .and_then(|c| c.outputs.iter().find(|o| o.key == source.output_key(key)))
+                    .map(|o| o.etag.clone());
+                let Some((version, stats, output)) =
+                    self.convert_version(source, key, v, expected, ctx).await?
+                else {
+                    return Ok(Work::Release(
+                        "not current: the object changed or was deleted after the event".into(),
+                    ));
+                };
+                self.faults.check(Step::BeforeCommit, key)?;
+                Ok(Work::Commit(Committed {
+                    target: Target::Version(version),
+                    rows: stats.rows,
+                    sums: stats
+                        .sums
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.to_string()))
+                        .collect(),
+                    outputs: vec![output],
+                    config_fp: source.fingerprint.clone(),
+                    committed_at: self.clock.now_ms(),
+                    run_id: ctx.run_id.clone(),
+                }))
+            }
+            Target::Delete(_) => {
+                if self.store.head(bucket, key).await?.is_some() {
+                    return Ok(Work::Release(
+                        "not current: the key has a current object again".into(),
+                    ));
+                }
+                let previous = record
+                    .committed
+                    .as_ref()
+                    .map(|c| c.outputs.clone())
+                    .unwrap_or_default();
+                let kept = match source.doc.on_delete {
+                    OnDelete::Keep => previous,
+                    OnDelete::Delete => {
+                        // We hold the claim, so the deterministic output key is ours to
+                        // delete, including a leftover of an attempt that never committed.
+                        let out_bucket = &source.doc.output.bucket;
+                        self.store
+                            .delete(out_bucket, &source.output_key(key), None)
+                            .await?;
+                        for o in &previous {
+                            self.store.delete(&o.bucket, &o.key, None).await?;
+                        }
+                        Vec::new()
+                    }
+                };
+                self.faults.check(Step::BeforeCommit, key)?;
+                Ok(Work::Commit(Committed {
+                    target: target.clone(),
+                    rows: 0,
+                    sums: BTreeMap::new(),
+                    outputs: kept,
+                    config_fp: source.fingerprint.clone(),
+                    committed_at: self.clock.now_ms(),
+                    run_id: ctx.run_id.clone(),
+                }))
+            }
+        }
+    }
+
+    /// GET the version pinned to its ETag, convert it and write its output. `None` when the
+    /// object is no longer that version.
+    async fn convert_version(
+        &self,
+        source: &Source,
+        key: &str,
+        version: &VersionRef,
+        expected_output: Option<String>,
+        ctx: &RunContext,
+    ) -> Result<Option<(VersionRef, ConvertStats, OutputRef)>> {
+        let bucket = &source.doc.bucket;
+        let too_large = |size: u64| match source.doc.max_object_bytes {
+            Some(limit) if size > limit => Err(ProcessError::TooLarge {
+                bucket: bucket.clone(),
+                key: key.to_string(),
+                size,
+                limit,
+            }),
+            _ => Ok(()),
+        };
+        too_large(version.size.unwrap_or(0))?;
+        let (meta, body) = match self
+            .store
+            .get(bucket, key, version.etag.as_deref())
+            .await?
+        {
+            GetOutcome::Found { meta, body } => (meta, body),
+            GetOutcome::NotFound | GetOutcome::Changed => return Ok(None),
+        };
+        too_large(meta.size)?;
+        self.faults.check(Step::AfterGet, key)?;
+        let mut version = version.clone();
+        version.etag.get_or_insert(meta.etag.clone());
+        version.size = Some(meta.size);
+        if version.version_id.is_none() {
+            version.version_id = meta.version_id.clone();
+        }
+
+        let out_bucket = source.doc.output.bucket.clone();
+        let out_key = source.output_key(key);
+        let mut metadata = BTreeMap::from([
+            (meta::SOURCE_ID.to_string(), source.id().to_string()),
+            (
+                meta::SOURCE_KEY.to_string(),
+                utf8_percent_encode(key, NON_ALPHANUMERIC).to_string(),
+            ),
+            (
+                meta::SOURCE_VERSION.to_string(),
+                utf8_percent_encode(&version.version, NON_ALPHANUMERIC).to_string(),
+            ),
+            (meta::RUN.to_string(), ctx.run_id.clone()),
+        ]);
+        if let Some(seq) = &version.sequencer {
+            metadata.insert(meta::SOURCE_SEQUENCER.to_string(), seq.to_string());
+        }
+        let spec = source.convert_spec(key);
+        let (stats, etag) = self
+            .convert_and_upload(
+                body,
+                spec,
+                (bucket, key),
+                (&out_bucket, &out_key),
+                &metadata,
+                expected_output,
+                version.sequencer.as_ref(),
+            )
+            .await?;
+        self.faults.check(Step::AfterOutputPut, key)?;
+        Ok(Some((
+            version,
+            stats,
+            OutputRef {
+                bucket: out_bucket,
+                key: out_key,
+                etag,
+            },
+        )))
+    }
+
+    /// Stream `body` through the converter on a blocking thread while the async side uploads
+    /// the Parquet bytes: in one PUT when the output fits in one part, else by multipart. The
+    /// write is conditional; see [`Pipeline::conditional_write`].
+    #[allow(clippy::too_many_arguments)]
+    async fn convert_and_upload(
+        &self,
+        body: Body,
+        spec: crate::convert::ConvertSpec,
+        (src_bucket, src_key): (&str, &str),
+        (out_bucket, out_key): (&str, &str),
+        metadata: &BTreeMap<String, String>,
+        expected: Option<String>,
+        sequencer: Option<&Sequencer>,
+    ) -> Result<(ConvertStats, String)> {
+        let (tx, mut rx) = mpsc::channel::<Bytes>(self.settings.parts_in_flight);
+        let part_size = self.settings.part_size;
+        let reader = SyncIoBridge::new(body);
+        let converter = tokio::task::spawn_blocking(move || {
+            let mut sink = PartSink {
+                tx,
+                buf: Vec::new(),
+                part_size,
+            };
+            let stats = convert(reader, &spec, &mut sink)?;
+            sink.finish()?;
+            Ok::<_, ConvertError>(stats)
+        });
+
+        // Upload parts as they come; the first is held back until a second shows the output
+        // needs a multipart upload.
+        let store = &self.store;
+        let uploader = async {
+            let mut first: Option<Bytes> = None;
+            let mut upload: Option<(String, Vec<(i32, String)>)> = None;
+            while let Some(chunk) = rx.recv().await {
+                match (&mut upload, first.take()) {
+                    (None, None) => first = Some(chunk),
+                    (None, Some(held)) => {
+                        let id = store
+                            .create_multipart(out_bucket, out_key, metadata)
+                            .await?;
+                        let mut parts = Vec::new();
+                        for body in [held, chunk] {
+                            let n = parts.len() as i32 + 1;
+                            let etag = store
+                                .upload_part(out_bucket, out_key, &id, n, body)
+                                .await?;
+                            parts.push((n, etag));
+                        }
+                        upload = Some((id, parts));
+                    }
+                    (Some((id, parts)), _) => {
+                        let n = parts.len() as i32 + 1;
+                        let etag = store.upload_part(out_bucket, out_key, id, n, chunk).await?;
+                        parts.push((n, etag));
+                    }
+                }
+            }
+            Ok::<_, ProcessError>(match upload {
+                Some(u) => Upload::Multipart(u.0, u.1),
+                None => Upload::Single(first.unwrap_or_default()),
+            })
+        };
+        let (uploaded, converted) = tokio::join!(uploader, converter);
+        let stats = match converted {
+            Ok(Ok(stats)) => stats,
+            Ok(Err(source)) => {
+                if let Ok(Upload::Multipart(id, _)) = &uploaded {
+                    store.abort_multipart(out_bucket, out_key, id).await?;
+                }
+                return Err(ProcessError::Convert {
+                    bucket: src_bucket.to_string(),
+                    key: src_key.to_string(),
+                    source,
+                });
+            }
+            Err(join) => return Err(ProcessError::Internal(join.to_string())),
+        };
+        let upload = uploaded?;
+        let etag = self
+            .conditional_write(out_bucket, out_key, &upload, metadata, expected, sequencer)
+            .await;
+        if let (Err(_), Upload::Multipart(id, _)) = (&etag, &upload) {
+            store.abort_multipart(out_bucket, out_key, id).await?;
+        }
+        Ok((stats, etag?))
+    }
+
+    /// Write (or complete) the output under the condition the ledger implies: absent for a
+    /// first write, the committed ETag for a replacement. When the condition fails, the
+    /// output found there is a leftover of an attempt that never committed (or of an older
+    /// version): overwrite it, conditional on its ETag, unless its metadata says it came from
+    /// a newer version, in which case this attempt is stale.
+    async fn conditional_write(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload: &Upload,
+        metadata: &BTreeMap<String, String>,
+        expected: Option<String>,
+        sequencer: Option<&Sequencer>,
+    ) -> Result<String> {
+        const TRIES: u32 = 4;
+        let mut condition = expected.map_or(WriteCondition::Absent, WriteCondition::Matches);
+        for _ in 0..TRIES {
+            let outcome = match upload {
+                Upload::Single(body) => {
+                    self.store
+                        .put(bucket, key, body.clone(), metadata, &condition)
+                        .await?
+                }
+                Upload::Multipart(id, parts) => {
+                    self.store
+                        .complete_multipart(bucket, key, id, parts, &condition)
+                        .await?
+                }
+            };
+            match outcome {
+                PutOutcome::Written { etag } => return Ok(etag),
+                PutOutcome::PreconditionFailed => {
+                    condition = match self.store.head(bucket, key).await? {
+                        None => WriteCondition::Absent,
+                        Some(found) => {
+                            let theirs = found
+                                .metadata
+                                .get(meta::SOURCE_SEQUENCER)
+                                .and_then(|s| s.parse::<Sequencer>().ok());
+                            if let (Some(theirs), Some(ours)) = (theirs, sequencer)
+                                && &theirs > ours
+                            {
+                                return Err(ProcessError::StaleOutput {
+                                    bucket: bucket.to_string(),
+                                    key: key.to_string(),
+                                });
+                            }
+                            info!(bucket, key, found_run = ?found.metadata.get(meta::RUN), "replacing an uncommitted output");
+                            WriteCondition::Matches(found.etag)
+                        }
+                    };
+                }
+            }
+        }
+        Err(ProcessError::OutputContended {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            attempts: TRIES,
+        })
+    }
+
+    /// A paused or disabled source: convert straight to the output, ledger untouched. Pause
+    /// still skips a version the ledger has committed (Glue: process what is new, do not
+    /// advance); disable processes everything.
+    async fn process_untracked(
+        &self,
+        source: &Source,
+        key: &str,
+        target: Target,
+        ctx: &RunContext,
+    ) -> Result<Outcome> {
+        let Target::Version(version) = target else {
+            return Ok(Outcome::Untracked { rows: 0 });
+        };
+        if source.doc.mode == Mode::Pause
+            && let Some(r) = self.ledger.get(source.id(), key).await?
+            && r.committed
+                .as_ref()
+                .is_some_and(|c| c.target.same_as(&Target::Version(version.clone())))
+        {
+            return Ok(Outcome::Skipped(Skip::Duplicate));
+        }
+        match self
+            .convert_version(source, key, &version, None, ctx)
+            .await?
+        {
+            Some((_, stats, _)) => Ok(Outcome::Untracked { rows: stats.rows }),
+            None => Ok(Outcome::NotCurrent),
+        }
+    }
+}
+
+enum Upload {
+    Single(Bytes),
+    Multipart(String, Vec<(i32, String)>),
+}
+
+/// The converter's `Write`: cuts the Parquet stream into parts for the uploader.
+struct PartSink {
+    tx: mpsc::Sender<Bytes>,
+    buf: Vec<u8>,
+    part_size: usize,
+}
+
+impl PartSink {
+    fn send(&mut self) -> std::io::Result<()> {
+        let part = Bytes::from(std::mem::take(&mut self.buf));
+        self.tx
+            .blocking_send(part)
+            .map_err(|_| std::io::Error::other("the uploader stopped"))
+    }
+
+    fn finish(mut self) -> std::io::Result<()> {
+        if !self.buf.is_empty() {
+            self.send()?;
+        }
+        Ok(())
+    }
+}
+
+impl std::io::Write for PartSink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= self.part_size {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The target an event asks for.
+pub fn target_of(event: &ObjectEvent) -> Target {
+    match event.kind {
+        ObjectEventKind::Created => Target::Version(VersionRef {
+            version: event
+                .version_id
+                .clone()
+                .or_else(|| event.etag.clone())
+                .unwrap_or_default(),
+            version_id: event.version_id.clone(),
+            etag: event.etag.clone(),
+            sequencer: event.sequencer.clone(),
+            size: event.size,
+        }),
+        ObjectEventKind::Removed { delete_marker } => Target::Delete(DeleteRef {
+            sequencer: event.sequencer.clone(),
+            version_id: event.version_id.clone(),
+            delete_marker,
+        }),
+    }
+}
+
+fn log_result(
+    source_id: &str,
+    bucket: &str,
+    key: &str,
+    target: &Target,
+    outcome: &Result<Outcome>,
+    started: Instant,
+) {
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let version = match target {
+        Target::Version(v) => v.version.as_str(),
+        Target::Delete(_) => "delete",
+    };
+    match outcome {
+        Ok(o) => {
+            let rows = match o {
+                Outcome::Processed { rows, .. } | Outcome::Untracked { rows } => *rows,
+                _ => 0,
+            };
+            info!(source_id, bucket, key, version, outcome = o.as_str(), rows, duration_ms, "object handled");
+        }
+        Err(e) => warn!(
+            source_id,
+            bucket,
+            key,
+            version,
+            outcome = "error",
+            retryable = e.is_retryable(),
+            error = %e,
+            duration_ms,
+            "object failed"
+        ),
+    }
+}

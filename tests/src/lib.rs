@@ -1,0 +1,375 @@
+//! Support for the end-to-end suites: a connection to the local stack (DynamoDB Local and the
+//! S3 emulator that `infra/test.sh` starts), a fresh table and buckets per test, events shaped
+//! exactly as AWS documents them, and read-back of the Parquet outputs.
+//!
+//! A test that cannot reach the stack fails with a message saying how to start it; it never
+//! skips.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Decimal128Type, Int32Type, Int64Type};
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use serde_json::{Value, json};
+use tidemark::aws::dynamodb::DynamoLedger;
+use tidemark::aws::s3::S3Store;
+use tidemark::config::Config;
+use tidemark::ingest::{self, Response};
+use tidemark::ports::TestClock;
+use tidemark::process::{Faults, Pipeline, RunContext};
+
+/// Lease margin used by the suites (ms): short, and moved past with the test clock.
+pub const LEASE_MARGIN_MS: i64 = 60_000;
+
+/// A fresh ledger table and landing / lake buckets on the local stack.
+pub struct Stack {
+    /// Raw S3 client (for uploads and read-back).
+    pub s3: aws_sdk_s3::Client,
+    /// Raw DynamoDB client.
+    pub dynamo: aws_sdk_dynamodb::Client,
+    /// The ledger table of this test.
+    pub table: String,
+    /// The landing bucket.
+    pub landing: String,
+    /// The lake bucket.
+    pub lake: String,
+    /// The clock every pipeline of this test uses.
+    pub clock: TestClock,
+    /// Sequencer counter for events.
+    seq: std::sync::atomic::AtomicU64,
+}
+
+fn require_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!(
+            "{name} is not set: these suites run against the local stack. \
+             Run them with `infra/test.sh`, or `infra/localstack.sh start && source .local/stack.env` first."
+        )
+    })
+}
+
+impl Stack {
+    /// Connect to the local stack and create this test's table and buckets.
+    pub async fn new() -> Self {
+        require_env("AWS_ENDPOINT_URL_DYNAMODB");
+        require_env("AWS_ENDPOINT_URL_S3");
+        let conf = aws_config::load_from_env().await;
+        let s3 = aws_sdk_s3::Client::from_conf(
+            aws_sdk_s3::config::Builder::from(&conf)
+                .force_path_style(true)
+                .build(),
+        );
+        let dynamo = aws_sdk_dynamodb::Client::new(&conf);
+        let id = uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+        let stack = Self {
+            table: format!("tidemark-{id}"),
+            landing: format!("landing-{id}"),
+            lake: format!("lake-{id}"),
+            s3,
+            dynamo,
+            clock: TestClock::at(1_700_000_000_000),
+            seq: std::sync::atomic::AtomicU64::new(0x0100_0000_0000_0000),
+        };
+        DynamoLedger::new(stack.dynamo.clone(), &stack.table)
+            .ensure_table()
+            .await
+            .unwrap_or_else(|e| panic!("cannot create the ledger table on DynamoDB Local: {e}"));
+        for b in [&stack.landing, &stack.lake] {
+            stack
+                .s3
+                .create_bucket()
+                .bucket(b)
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("cannot create bucket {b} on the S3 emulator: {e:?}"));
+        }
+        stack
+    }
+
+    /// The sources document of the suites: one CSV source of orders with sums.
+    pub fn config(&self, max_attempts: u32) -> Arc<Config> {
+        Arc::new(
+            Config::from_json(
+                &json!({"sources": [{
+                    "source_id": "orders",
+                    "bucket": self.landing,
+                    "prefix": "in/",
+                    "format": "csv",
+                    "schema": [
+                        {"name": "order_id", "type": "int64", "nullable": false},
+                        {"name": "customer", "type": "string"},
+                        {"name": "quantity", "type": "int32"},
+                        {"name": "amount", "type": "decimal(12,2)"},
+                        {"name": "ordered_at", "type": "timestamp"}
+                    ],
+                    "sum_columns": ["quantity", "amount"],
+                    "output": {"bucket": self.lake, "prefix": "orders/"},
+                    "max_attempts": max_attempts
+                }]})
+                .to_string(),
+            )
+            .expect("suite config is valid"),
+        )
+    }
+
+    /// A pipeline on the stack with this test's clock.
+    pub fn pipeline(&self, max_attempts: u32) -> Pipeline {
+        let mut p = Pipeline::new(
+            Arc::new(S3Store::new(self.s3.clone())),
+            Arc::new(DynamoLedger::new(self.dynamo.clone(), &self.table)),
+            Arc::new(self.clock.clone()),
+            self.config(max_attempts),
+        );
+        p.settings.lease_margin_ms = LEASE_MARGIN_MS;
+        p
+    }
+
+    /// The same pipeline with fault injection.
+    pub fn pipeline_with_faults(&self, max_attempts: u32, faults: Arc<dyn Faults>) -> Pipeline {
+        let mut p = self.pipeline(max_attempts);
+        p.faults = faults;
+        p
+    }
+
+    /// A run context whose deadline is "now" on the test clock (the lease is the margin).
+    pub fn ctx(&self, run_id: &str) -> RunContext {
+        use tidemark::ports::Clock;
+        RunContext {
+            run_id: run_id.to_string(),
+            deadline_ms: self.clock.now_ms(),
+        }
+    }
+
+    /// Move the test clock past every lease taken so far.
+    pub fn expire_leases(&self) {
+        self.clock.advance(LEASE_MARGIN_MS + 1);
+    }
+
+    /// Upload `body` to the landing bucket; returns the ETag (without quotes).
+    pub async fn upload(&self, key: &str, body: impl Into<Bytes>) -> String {
+        let o = self
+            .s3
+            .put_object()
+            .bucket(&self.landing)
+            .key(key)
+            .body(ByteStream::from(body.into()))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("upload {key}: {e:?}"));
+        o.e_tag().unwrap_or_default().trim_matches('"').to_string()
+    }
+
+    /// Delete a landing object.
+    pub async fn remove(&self, key: &str) {
+        self.s3
+            .delete_object()
+            .bucket(&self.landing)
+            .key(key)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("delete {key}: {e:?}"));
+    }
+
+    /// The next sequencer (increasing, 18 hex digits like S3's).
+    pub fn next_sequencer(&self) -> String {
+        let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        format!("{n:018X}")
+    }
+
+    /// One S3 notification record for an upload, as AWS sends it (key form-encoded).
+    pub fn created_record(&self, key: &str, etag: &str, size: u64, sequencer: &str) -> Value {
+        json!({
+            "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+            "eventTime": "2026-11-29T12:00:00.000Z", "eventName": "ObjectCreated:Put",
+            "userIdentity": {"principalId": "AWS:AIDAEXAMPLE"},
+            "requestParameters": {"sourceIPAddress": "127.0.0.1"},
+            "responseElements": {"x-amz-request-id": "C3D13FE58DE4C810", "x-amz-id-2": "FMyUVURIY8"},
+            "s3": {
+                "s3SchemaVersion": "1.0", "configurationId": "tidemark",
+                "bucket": {"name": self.landing, "ownerIdentity": {"principalId": "A3NL1KOZZKExample"},
+                           "arn": format!("arn:aws:s3:::{}", self.landing)},
+                "object": {"key": form_encode(key), "size": size, "eTag": etag, "sequencer": sequencer}
+            }
+        })
+    }
+
+    /// One S3 notification record for a delete.
+    pub fn removed_record(&self, key: &str, sequencer: &str) -> Value {
+        json!({
+            "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+            "eventTime": "2026-11-29T12:00:00.000Z", "eventName": "ObjectRemoved:Delete",
+            "userIdentity": {"principalId": "AWS:AIDAEXAMPLE"},
+            "s3": {
+                "s3SchemaVersion": "1.0", "configurationId": "tidemark",
+                "bucket": {"name": self.landing, "arn": format!("arn:aws:s3:::{}", self.landing)},
+                "object": {"key": form_encode(key), "sequencer": sequencer}
+            }
+        })
+    }
+
+    /// Upload and return the notification record of that upload.
+    pub async fn upload_event(&self, key: &str, body: &str) -> Value {
+        let etag = self.upload(key, body.to_string()).await;
+        let seq = self.next_sequencer();
+        self.created_record(key, &etag, body.len() as u64, &seq)
+    }
+
+    /// Run the ingest handler on a payload.
+    pub async fn invoke(&self, pipeline: &Pipeline, payload: &Value, run_id: &str) -> Response {
+        ingest::handle(pipeline, payload, &self.ctx(run_id), 8)
+            .await
+            .expect("payload decodes")
+    }
+
+    /// Every object in the lake: key → Parquet bytes.
+    pub async fn lake_objects(&self) -> BTreeMap<String, Bytes> {
+        let mut out = BTreeMap::new();
+        let mut token = None;
+        loop {
+            let page = self
+                .s3
+                .list_objects_v2()
+                .bucket(&self.lake)
+                .set_continuation_token(token)
+                .send()
+                .await
+                .expect("list lake");
+            for o in page.contents() {
+                let key = o.key().unwrap_or_default().to_string();
+                let body = self
+                    .s3
+                    .get_object()
+                    .bucket(&self.lake)
+                    .key(&key)
+                    .send()
+                    .await
+                    .expect("get lake object")
+                    .body
+                    .collect()
+                    .await
+                    .expect("read lake object")
+                    .into_bytes();
+                out.insert(key, body);
+            }
+            match page.next_continuation_token() {
+                Some(t) => token = Some(t.to_string()),
+                None => return out,
+            }
+        }
+    }
+
+    /// Rows and sums over the whole lake, read back from the Parquet.
+    pub async fn lake_totals(&self) -> Totals {
+        let mut t = Totals::default();
+        for (_, body) in self.lake_objects().await {
+            t.add(&parquet_totals(body));
+        }
+        t
+    }
+}
+
+/// Rows and column sums of the suite's orders data.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    /// Rows.
+    pub rows: u64,
+    /// Sum of `order_id` (catches a duplicated or missing row that a count would not).
+    pub order_ids: i128,
+    /// Sum of `quantity`.
+    pub quantity: i128,
+    /// Sum of `amount`, in cents.
+    pub amount_cents: i128,
+}
+
+impl Totals {
+    /// Add another total.
+    pub fn add(&mut self, o: &Totals) {
+        self.rows += o.rows;
+        self.order_ids += o.order_ids;
+        self.quantity += o.quantity;
+        self.amount_cents += o.amount_cents;
+    }
+}
+
+/// Rows and sums of one Parquet file of orders.
+pub fn parquet_totals(body: Bytes) -> Totals {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(body)
+        .expect("valid parquet")
+        .build()
+        .expect("parquet reader");
+    let mut t = Totals::default();
+    for batch in reader {
+        let batch = batch.expect("parquet batch");
+        t.rows += batch.num_rows() as u64;
+        let ids = batch.column_by_name("order_id").unwrap().as_primitive::<Int64Type>();
+        t.order_ids += ids.iter().flatten().map(i128::from).sum::<i128>();
+        let q = batch.column_by_name("quantity").unwrap().as_primitive::<Int32Type>();
+        t.quantity += q.iter().flatten().map(i128::from).sum::<i128>();
+        let a = batch.column_by_name("amount").unwrap().as_primitive::<Decimal128Type>();
+        t.amount_cents += a.iter().flatten().sum::<i128>();
+    }
+    t
+}
+
+/// Orders CSV with `rows` rows whose ids start at `first_id`; returns the text and its totals.
+pub fn orders_csv(first_id: i64, rows: usize) -> (String, Totals) {
+    let mut s = String::from("order_id,customer,quantity,amount,ordered_at\n");
+    let mut t = Totals::default();
+    for i in 0..rows as i64 {
+        let id = first_id + i;
+        let quantity = (id % 7 + 1) as i32;
+        let cents = (id % 1000) * 101 + 5;
+        s.push_str(&format!(
+            "{id},\"Customer, {id}\",{quantity},{}.{:02},2024-03-{:02}T10:{:02}:00Z\n",
+            cents / 100,
+            cents % 100,
+            id % 28 + 1,
+            id % 60
+        ));
+        t.rows += 1;
+        t.order_ids += i128::from(id);
+        t.quantity += i128::from(quantity);
+        t.amount_cents += i128::from(cents);
+    }
+    (s, t)
+}
+
+/// A direct S3 notification with these records.
+pub fn direct(records: Vec<Value>) -> Value {
+    json!({ "Records": records })
+}
+
+/// An SQS batch: each `(message id, notification)` becomes one message whose body is the
+/// notification, as S3 → SQS delivers it.
+pub fn sqs(messages: Vec<(&str, Value)>) -> Value {
+    json!({ "Records": messages.into_iter().map(|(id, body)| json!({
+        "messageId": id,
+        "receiptHandle": format!("handle-{id}"),
+        "body": body.to_string(),
+        "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1700000000000"},
+        "messageAttributes": {},
+        "md5OfBody": "",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tidemark-ingest",
+        "awsRegion": "us-east-1"
+    })).collect::<Vec<_>>() })
+}
+
+/// Form-encode a key the way S3 notifications do: space → `+`, everything but unreserved
+/// characters and `/` percent-encoded.
+pub fn form_encode(key: &str) -> String {
+    let mut out = String::new();
+    for b in key.bytes() {
+        match b {
+            b' ' => out.push('+'),
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}

@@ -1,0 +1,365 @@
+//! The exactly-once ingest path against DynamoDB Local and the S3 emulator: every claim of
+//! DESIGN.md's protocol, with rows and sums of the Parquet outputs read back.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tidemark::model::Status;
+use tidemark::ports::Ledger;
+use tidemark::process::{Faults, Step};
+use tidemark::{ProcessError, Result};
+use tidemark_tests::{Stack, Totals, direct, orders_csv, sqs};
+
+async fn record(stack: &Stack, key: &str) -> tidemark::model::Record {
+    tidemark::aws::dynamodb::DynamoLedger::new(stack.dynamo.clone(), &stack.table)
+        .get("orders", key)
+        .await
+        .expect("ledger read")
+        .unwrap_or_else(|| panic!("no ledger record for {key}"))
+}
+
+#[tokio::test]
+async fn a_new_object_is_processed_once() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let (csv, totals) = orders_csv(1, 250);
+    let event = direct(vec![stack.upload_event("in/2024-03-01/a.csv", &csv).await]);
+
+    let r = stack.invoke(&pipeline, &event, "run-1").await;
+    assert_eq!((r.summary.processed, r.summary.failed), (1, 0), "{r:?}");
+    assert_eq!(r.summary.rows, 250);
+
+    let lake = stack.lake_objects().await;
+    assert_eq!(
+        lake.keys().collect::<Vec<_>>(),
+        ["orders/2024-03-01/a.csv.parquet"]
+    );
+    assert_eq!(stack.lake_totals().await, totals);
+
+    let rec = record(&stack, "in/2024-03-01/a.csv").await;
+    assert_eq!(rec.status, Status::Done);
+    let committed = rec.committed.expect("committed");
+    assert_eq!(committed.rows, 250);
+    assert_eq!(committed.sums["quantity"], totals.quantity.to_string());
+    assert_eq!(
+        committed.sums["amount"],
+        format!("{}.{:02}", totals.amount_cents / 100, totals.amount_cents % 100)
+    );
+    assert_eq!(committed.outputs.len(), 1);
+}
+
+#[tokio::test]
+async fn the_same_event_delivered_three_times_gives_one_output() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let (csv, totals) = orders_csv(1, 40);
+    let event = direct(vec![stack.upload_event("in/a.csv", &csv).await]);
+
+    let mut processed = 0;
+    let mut duplicates = 0;
+    for i in 0..3 {
+        let r = stack.invoke(&pipeline, &event, &format!("run-{i}")).await;
+        processed += r.summary.processed;
+        duplicates += r.summary.duplicates;
+    }
+    assert_eq!((processed, duplicates), (1, 2));
+    assert_eq!(stack.lake_objects().await.len(), 1);
+    assert_eq!(stack.lake_totals().await, totals);
+}
+
+#[tokio::test]
+async fn events_in_reverse_sequencer_order_leave_the_newest_version() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let (v1, _) = orders_csv(1, 10);
+    let (v2, v2_totals) = orders_csv(1000, 7);
+    let e1 = stack.upload_event("in/a.csv", &v1).await;
+    let e2 = stack.upload_event("in/a.csv", &v2).await;
+
+    let r = stack.invoke(&pipeline, &direct(vec![e2]), "run-2").await;
+    assert_eq!(r.summary.processed, 1);
+    let r = stack.invoke(&pipeline, &direct(vec![e1]), "run-1").await;
+    assert_eq!((r.summary.stale, r.summary.processed), (1, 0), "{r:?}");
+
+    assert_eq!(stack.lake_totals().await, v2_totals);
+    assert_eq!(stack.lake_objects().await.len(), 1);
+}
+
+#[tokio::test]
+async fn an_old_event_arriving_first_is_released_and_the_newest_version_wins() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let (v1, _) = orders_csv(1, 10);
+    let (v2, v2_totals) = orders_csv(1000, 7);
+    let e1 = stack.upload_event("in/a.csv", &v1).await;
+    let e2 = stack.upload_event("in/a.csv", &v2).await;
+
+    // The object is already v2 when v1's event arrives: the pinned GET sees the change.
+    let r = stack.invoke(&pipeline, &direct(vec![e1]), "run-1").await;
+    assert_eq!(r.summary.not_current, 1, "{r:?}");
+    assert!(stack.lake_objects().await.is_empty());
+    let r = stack.invoke(&pipeline, &direct(vec![e2]), "run-2").await;
+    assert_eq!(r.summary.processed, 1);
+    assert_eq!(stack.lake_totals().await, v2_totals);
+}
+
+#[tokio::test]
+async fn an_overwrite_replaces_the_output_without_duplicate_rows() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let (v1, v1_totals) = orders_csv(1, 30);
+    let (v2, v2_totals) = orders_csv(500, 12);
+
+    let e1 = stack.upload_event("in/a.csv", &v1).await;
+    stack.invoke(&pipeline, &direct(vec![e1.clone()]), "run-1").await;
+    assert_eq!(stack.lake_totals().await, v1_totals);
+
+    let e2 = stack.upload_event("in/a.csv", &v2).await;
+    let r = stack.invoke(&pipeline, &direct(vec![e2]), "run-2").await;
+    assert_eq!(r.summary.processed, 1, "{r:?}");
+    assert_eq!(stack.lake_objects().await.len(), 1);
+    assert_eq!(stack.lake_totals().await, v2_totals);
+
+    // The old version's event, redelivered late, changes nothing.
+    let r = stack.invoke(&pipeline, &direct(vec![e1]), "run-3").await;
+    assert_eq!(r.summary.stale, 1, "{r:?}");
+    assert_eq!(stack.lake_totals().await, v2_totals);
+    let rec = record(&stack, "in/a.csv").await;
+    assert_eq!(rec.committed.unwrap().rows, 12);
+}
+
+#[tokio::test]
+async fn a_delete_removes_the_output_and_a_late_create_does_not_resurrect_it() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let (csv, _) = orders_csv(1, 5);
+    let created = stack.upload_event("in/a.csv", &csv).await;
+    stack.invoke(&pipeline, &direct(vec![created.clone()]), "run-1").await;
+    assert_eq!(stack.lake_objects().await.len(), 1);
+
+    stack.remove("in/a.csv").await;
+    let seq = stack.next_sequencer();
+    let removed = direct(vec![stack.removed_record("in/a.csv", &seq)]);
+    let r = stack.invoke(&pipeline, &removed, "run-2").await;
+    assert_eq!(r.summary.deleted, 1, "{r:?}");
+    assert!(stack.lake_objects().await.is_empty());
+    assert_eq!(record(&stack, "in/a.csv").await.status, Status::Deleted);
+
+    let r = stack.invoke(&pipeline, &direct(vec![created]), "run-3").await;
+    assert_eq!(r.summary.stale, 1, "{r:?}");
+    assert!(stack.lake_objects().await.is_empty());
+}
+
+#[tokio::test]
+async fn eight_concurrent_workers_on_the_same_fifty_events_process_each_object_once() {
+    let stack = Arc::new(Stack::new().await);
+    let mut events = Vec::new();
+    let mut expected = Totals::default();
+    for i in 0..50 {
+        let (csv, t) = orders_csv(i * 100, 20 + (i as usize % 5));
+        expected.add(&t);
+        events.push(stack.upload_event(&format!("in/batch/{i:03}.csv"), &csv).await);
+    }
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let stack = stack.clone();
+        let mut mine = events.clone();
+        // Each worker sees the events in its own order.
+        mine.rotate_left(w * 6);
+        if w % 2 == 1 {
+            mine.reverse();
+        }
+        workers.push(tokio::spawn(async move {
+            let pipeline = stack.pipeline(3);
+            let mut processed = 0;
+            for chunk in mine.chunks(10) {
+                let r = stack
+                    .invoke(&pipeline, &direct(chunk.to_vec()), &format!("worker-{w}"))
+                    .await;
+                assert_eq!(r.summary.failed, 0, "{r:?}");
+                processed += r.summary.processed;
+            }
+            processed
+        }));
+    }
+    let mut processed = 0;
+    for w in workers {
+        processed += w.await.unwrap();
+    }
+    assert_eq!(processed, 50, "each object is processed by exactly one worker");
+    assert_eq!(stack.lake_objects().await.len(), 50);
+    assert_eq!(stack.lake_totals().await, expected);
+}
+
+/// Stops the worker once, at one step, for one key: as if its process died there.
+struct DieOnce {
+    step: Step,
+    key: String,
+    fired: Mutex<bool>,
+}
+
+impl Faults for DieOnce {
+    fn check(&self, step: Step, key: &str) -> Result<()> {
+        let mut fired = self.fired.lock().unwrap();
+        if step == self.step && key == self.key && !*fired {
+            *fired = true;
+            return Err(ProcessError::Crashed(step.as_str()));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_worker_that_dies_after_the_output_put_leaves_exactly_one_output_after_retry() {
+    let stack = Stack::new().await;
+    let (csv, totals) = orders_csv(1, 60);
+    let event = direct(vec![stack.upload_event("in/a.csv", &csv).await]);
+    let dying = stack.pipeline_with_faults(
+        3,
+        Arc::new(DieOnce {
+            step: Step::AfterOutputPut,
+            key: "in/a.csv".into(),
+            fired: Mutex::new(false),
+        }),
+    );
+
+    let r = stack.invoke(&dying, &event, "run-1").await;
+    assert_eq!(r.summary.failed, 1, "{r:?}");
+    assert!(r.must_fail(), "a direct invocation fails so Lambda retries it");
+    // The output is there, the ledger still shows the claim.
+    assert_eq!(stack.lake_objects().await.len(), 1);
+    assert_eq!(record(&stack, "in/a.csv").await.status, Status::Claimed);
+
+    // A retry inside the dead worker's lease is told the object is in flight ...
+    let r = stack.invoke(&stack.pipeline(3), &event, "run-2").await;
+    assert_eq!(r.summary.in_flight, 1, "{r:?}");
+    // ... and after it, takes over, meets its leftover output and replaces it.
+    stack.expire_leases();
+    let r = stack.invoke(&stack.pipeline(3), &event, "run-3").await;
+    assert_eq!(r.summary.processed, 1, "{r:?}");
+    assert_eq!(stack.lake_objects().await.len(), 1);
+    assert_eq!(stack.lake_totals().await, totals);
+    let rec = record(&stack, "in/a.csv").await;
+    assert_eq!(rec.status, Status::Done);
+    assert_eq!(rec.committed.unwrap().run_id, "run-3");
+}
+
+#[tokio::test]
+async fn a_worker_that_dies_before_commit_on_an_overwrite_leaves_the_new_version_only() {
+    let stack = Stack::new().await;
+    let (v1, _) = orders_csv(1, 10);
+    let (v2, v2_totals) = orders_csv(100, 3);
+    let e1 = direct(vec![stack.upload_event("in/a.csv", &v1).await]);
+    stack.invoke(&stack.pipeline(3), &e1, "run-1").await;
+    let e2 = direct(vec![stack.upload_event("in/a.csv", &v2).await]);
+    let dying = stack.pipeline_with_faults(
+        3,
+        Arc::new(DieOnce {
+            step: Step::BeforeCommit,
+            key: "in/a.csv".into(),
+            fired: Mutex::new(false),
+        }),
+    );
+    let r = stack.invoke(&dying, &e2, "run-2").await;
+    assert_eq!(r.summary.failed, 1);
+    stack.expire_leases();
+    let r = stack.invoke(&stack.pipeline(3), &e2, "run-3").await;
+    assert_eq!(r.summary.processed, 1, "{r:?}");
+    assert_eq!(stack.lake_objects().await.len(), 1);
+    assert_eq!(stack.lake_totals().await, v2_totals);
+}
+
+#[tokio::test]
+async fn a_malformed_object_is_quarantined_after_its_attempts_and_the_batch_goes_on() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let (good1, t1) = orders_csv(1, 10);
+    let (good2, t2) = orders_csv(100, 10);
+    let bad = "order_id,customer,quantity,amount,ordered_at\n\
+               1,a,1,1.00,2024-03-01T00:00:00Z\n\
+               2,b,not-a-number,1.00,2024-03-01T00:00:00Z\n";
+    let batch = sqs(vec![
+        ("m-1", direct(vec![stack.upload_event("in/good1.csv", &good1).await])),
+        ("m-2", direct(vec![stack.upload_event("in/bad.csv", bad).await])),
+        ("m-3", direct(vec![stack.upload_event("in/good2.csv", &good2).await])),
+    ]);
+
+    let r = stack.invoke(&pipeline, &batch, "run-1").await;
+    assert_eq!(r.retry_messages, ["m-2"]);
+    assert_eq!(r.to_json()["batchItemFailures"][0]["itemIdentifier"], "m-2");
+    assert_eq!(r.summary.processed, 2);
+    let error = &r.errors[0];
+    assert!(
+        error.contains(&format!("s3://{}/in/bad.csv", stack.landing)) && error.contains("line 3"),
+        "the error names the object and the line: {error}"
+    );
+    let rec = record(&stack, "in/bad.csv").await;
+    assert_eq!((rec.status, rec.attempts), (Status::Failed, 1));
+
+    // SQS redelivers the failed message; the third attempt quarantines it.
+    let r = stack.invoke(&pipeline, &batch, "run-2").await;
+    assert_eq!(r.retry_messages, ["m-2"]);
+    assert_eq!(r.summary.duplicates, 2);
+    let r = stack.invoke(&pipeline, &batch, "run-3").await;
+    assert!(r.retry_messages.is_empty(), "{r:?}");
+    assert_eq!(r.summary.quarantined, 1);
+    let rec = record(&stack, "in/bad.csv").await;
+    assert_eq!((rec.status, rec.attempts), (Status::Quarantined, 3));
+    assert!(rec.last_error.unwrap().contains("line 3"));
+
+    // Later deliveries cost nothing and change nothing.
+    let r = stack.invoke(&pipeline, &batch, "run-4").await;
+    assert!(r.retry_messages.is_empty());
+    let mut expected = t1;
+    expected.add(&t2);
+    assert_eq!(stack.lake_totals().await, expected);
+    assert_eq!(stack.lake_objects().await.len(), 2);
+}
+
+#[tokio::test]
+async fn keys_with_spaces_plus_unicode_and_percent_are_processed() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let keys = [
+        "in/my file.csv",
+        "in/a+b.csv",
+        "in/你好/😊.csv",
+        "in/100%/50% off.csv",
+        "in/x=1&y=2;z.csv",
+    ];
+    let mut records = Vec::new();
+    let mut expected = Totals::default();
+    for (i, key) in keys.iter().enumerate() {
+        let (csv, t) = orders_csv(i as i64 * 10, 3);
+        expected.add(&t);
+        records.push(stack.upload_event(key, &csv).await);
+    }
+    let r = stack.invoke(&pipeline, &direct(records), "run-1").await;
+    assert_eq!((r.summary.processed, r.summary.failed), (keys.len(), 0), "{r:?}");
+    let lake: HashSet<String> = stack.lake_objects().await.into_keys().collect();
+    for key in keys {
+        let out = format!("orders/{}.parquet", key.strip_prefix("in/").unwrap());
+        assert!(lake.contains(&out), "{out} missing from {lake:?}");
+        assert_eq!(record(&stack, key).await.status, Status::Done);
+    }
+    assert_eq!(stack.lake_totals().await, expected);
+}
+
+#[tokio::test]
+async fn sqs_test_events_and_unclaimed_objects_are_acknowledged() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let test_event: Value = serde_json::json!({
+        "Service": "Amazon S3", "Event": "s3:TestEvent", "Time": "2026-11-29T12:00:00.000Z",
+        "Bucket": stack.landing, "RequestId": "5582815E1AEA5ADF", "HostId": "8cLeGAmw"
+    });
+    let (csv, _) = orders_csv(1, 2);
+    let elsewhere = direct(vec![stack.upload_event("other/a.csv", &csv).await]);
+    let r = stack
+        .invoke(&pipeline, &sqs(vec![("t", test_event), ("o", elsewhere)]), "run-1")
+        .await;
+    assert!(r.retry_messages.is_empty(), "{r:?}");
+    assert_eq!((r.summary.skipped, r.summary.unrouted), (1, 1));
+    assert!(stack.lake_objects().await.is_empty());
+}

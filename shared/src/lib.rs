@@ -12,6 +12,7 @@
 //! - [`config`]: the sources document, validated once at start-up.
 //! - [`model`], [`protocol`]: ledger records and the pure rules that move them.
 //! - [`ports`]: `ObjectStore`, `Ledger`, `Clock`; [`aws`]: their S3 and DynamoDB adapters.
+//! - [`local`]: the embedded adapters: local folders as buckets, a SQLite ledger.
 //! - [`schema`], [`convert`]: CSV / JSON Lines (plain, gzip, zstd) → Parquet, rows and sums.
 //! - [`process`]: the per-object path every capability shares.
 //! - [`ingest`]: the ingest handler (the Lambda's body, also runnable in-process).
@@ -23,6 +24,7 @@ pub mod convert;
 pub mod error;
 pub mod events;
 pub mod ingest;
+pub mod local;
 pub mod model;
 pub mod ports;
 pub mod process;

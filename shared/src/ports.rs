@@ -145,7 +145,8 @@ pub trait ObjectStore: Send + Sync {
     ) -> Result<(), StoreError>;
 
     /// Delete `key`, only if its ETag is `if_match` (when given). Deleting a missing key, or
-    /// one whose ETag moved on, is not an error: `false` says nothing was deleted.
+    /// one whose ETag moved on, is not an error: `false` says nothing was deleted (S3 cannot
+    /// tell a missing key from a deleted one without `if_match`, and answers `true`).
     async fn delete(
         &self,
         bucket: &str,

@@ -17,7 +17,7 @@ use crate::config::{Config, Mode, OnDelete, Source};
 use crate::convert::{ConvertError, ConvertStats, convert};
 use crate::error::{ProcessError, Result};
 use crate::events::{ObjectEvent, ObjectEventKind, Sequencer};
-use crate::model::{Committed, DeleteRef, OutputRef, Record, Target, VersionRef};
+use crate::model::{Committed, DeleteRef, OutputRef, Record, Status, Target, VersionRef};
 use crate::ports::{
     Body, Clock, GetOutcome, Ledger, LedgerWrite, ObjectStore, PutOutcome, WriteCondition,
 };
@@ -195,7 +195,7 @@ pub struct Pipeline {
 
 enum Claimed {
     Ours {
-        record: Record,
+        record: Box<Record>,
         target: Target,
         token: String,
     },
@@ -241,10 +241,15 @@ impl Pipeline {
         let mut results = Vec::with_capacity(sources.len());
         for source in sources {
             let started = Instant::now();
-            let outcome = self
-                .process(source, &event.key, target.clone(), ctx)
-                .await;
-            log_result(source.id(), &event.bucket, &event.key, &target, &outcome, started);
+            let outcome = self.process(source, &event.key, target.clone(), ctx).await;
+            log_result(
+                source.id(),
+                &event.bucket,
+                &event.key,
+                &target,
+                &outcome,
+                started,
+            );
             results.push(ObjectResult {
                 source_id: Some(source.id().to_string()),
                 bucket: event.bucket.clone(),
@@ -285,60 +290,55 @@ impl Pipeline {
                     record,
                     target,
                     token,
-                } => (record, target, token),
+                } => (*record, target, token),
             };
             let work = self.work(source, key, &record, &claimed, &token, ctx).await;
             let now = self.clock.now_ms();
-            match work {
+            let (after, result) = match work {
                 Ok(Work::Commit(committed)) => {
                     let old_outputs = record
                         .committed
                         .as_ref()
                         .map(|c| c.outputs.clone())
                         .unwrap_or_default();
+                    let new_outputs = committed.outputs.clone();
                     let outcome = match &committed.target {
                         Target::Version(v) => Outcome::Processed {
                             version: v.version.clone(),
                             rows: committed.rows,
-                            outputs: committed.outputs.clone(),
+                            outputs: new_outputs.clone(),
                         },
                         Target::Delete(_) => Outcome::Deleted {
-                            outputs_removed: old_outputs.len() - committed.outputs.len(),
+                            outputs_removed: old_outputs.len() - new_outputs.len(),
                         },
                     };
-                    let new_outputs = committed.outputs.clone();
                     let after = self
                         .transition(source, key, record, |r| {
                             protocol::commit(r, &token, committed.clone(), now, max)
                         })
                         .await?;
-                    // Outputs of the replaced version that the new one did not overwrite.
-                    for old in old_outputs.iter().filter(|o| {
-                        !new_outputs
-                            .iter()
-                            .any(|n| n.bucket == o.bucket && n.key == o.key)
-                    }) {
-                        if matches!(claimed, Target::Version(_)) {
+                    // Outputs of the replaced version that the new one did not overwrite
+                    // (a delete has already handled its outputs by policy).
+                    if matches!(claimed, Target::Version(_)) {
+                        for old in old_outputs.iter().filter(|o| {
+                            !new_outputs
+                                .iter()
+                                .any(|n| n.bucket == o.bucket && n.key == o.key)
+                        }) {
                             self.store
                                 .delete(&old.bucket, &old.key, Some(&old.etag))
                                 .await?;
                         }
                     }
-                    match after.pending {
-                        // A newer version arrived while we worked: the holder picks it up.
-                        Some(next) => {
-                            info!(source_id = source.id(), key, next = %next.label(), "processing the version that arrived during the claim");
-                            target = next;
-                        }
-                        None => return Ok(outcome),
-                    }
+                    (after, Ok(outcome))
                 }
                 Ok(Work::Release(note)) => {
-                    self.transition(source, key, record, |r| {
-                        protocol::release(r, &token, &note, now, max)
-                    })
-                    .await?;
-                    return Ok(Outcome::NotCurrent);
+                    let after = self
+                        .transition(source, key, record, |r| {
+                            protocol::release(r, &token, &note, now, max)
+                        })
+                        .await?;
+                    (after, Ok(Outcome::NotCurrent))
                 }
                 // A stopped worker writes nothing more: its lease expires.
                 Err(e @ ProcessError::Crashed(_)) => return Err(e),
@@ -349,12 +349,23 @@ impl Pipeline {
                             protocol::fail(r, &token, &message, now, max)
                         })
                         .await?;
-                    if after.status == crate::model::Status::Quarantined {
+                    let result = if after.status == Status::Quarantined {
                         warn!(source_id = source.id(), key, attempts = after.attempts, error = %message, "quarantined");
-                        return Ok(Outcome::Quarantined { error: message });
-                    }
-                    return Err(error);
+                        Ok(Outcome::Quarantined { error: message })
+                    } else {
+                        Err(error)
+                    };
+                    (after, result)
                 }
+            };
+            // A newer version (or delete) arrived while we held the claim and was recorded
+            // for us: the holder processes it now, whatever became of its own target.
+            match after.pending.filter(|p| !p.same_as(&claimed)) {
+                Some(next) => {
+                    info!(source_id = source.id(), key, next = %next.label(), "processing the version that arrived during the claim");
+                    target = next;
+                }
+                None => return result,
             }
         }
     }
@@ -384,7 +395,7 @@ impl Pipeline {
         let mut current = match self.ledger.create(&fresh).await? {
             LedgerWrite::Written => {
                 return Ok(Claimed::Ours {
-                    record: fresh,
+                    record: Box::new(fresh),
                     target: req.target.clone(),
                     token: req.token,
                 });
@@ -412,7 +423,7 @@ impl Pipeline {
                     return Ok(match done {
                         Ok(outcome) => Claimed::Done(outcome),
                         Err(target) => Claimed::Ours {
-                            record,
+                            record: Box::new(record),
                             target,
                             token: req.token,
                         },
@@ -547,11 +558,7 @@ impl Pipeline {
             _ => Ok(()),
         };
         too_large(version.size.unwrap_or(0))?;
-        let (meta, body) = match self
-            .store
-            .get(bucket, key, version.etag.as_deref())
-            .await?
-        {
+        let (meta, body) = match self.store.get(bucket, key, version.etag.as_deref()).await? {
             GetOutcome::Found { meta, body } => (meta, body),
             GetOutcome::NotFound | GetOutcome::Changed => return Ok(None),
         };
@@ -649,9 +656,7 @@ impl Pipeline {
                         let mut parts = Vec::new();
                         for body in [held, chunk] {
                             let n = parts.len() as i32 + 1;
-                            let etag = store
-                                .upload_part(out_bucket, out_key, &id, n, body)
-                                .await?;
+                            let etag = store.upload_part(out_bucket, out_key, &id, n, body).await?;
                             parts.push((n, etag));
                         }
                         upload = Some((id, parts));
@@ -868,7 +873,16 @@ fn log_result(
                 Outcome::Processed { rows, .. } | Outcome::Untracked { rows } => *rows,
                 _ => 0,
             };
-            info!(source_id, bucket, key, version, outcome = o.as_str(), rows, duration_ms, "object handled");
+            info!(
+                source_id,
+                bucket,
+                key,
+                version,
+                outcome = o.as_str(),
+                rows,
+                duration_ms,
+                "object handled"
+            );
         }
         Err(e) => warn!(
             source_id,

@@ -310,7 +310,11 @@ pub fn release(
     let claim = holding(r, token)?;
     let mut record = r.clone();
     record.claim = None;
-    if record.pending.as_ref().is_some_and(|p| p.same_as(&claim.target)) {
+    if record
+        .pending
+        .as_ref()
+        .is_some_and(|p| p.same_as(&claim.target))
+    {
         record.pending = None;
     }
     if record.pending.is_none() {
@@ -433,8 +437,7 @@ mod tests {
     #[test]
     fn newer_version_on_live_claim_is_recorded_and_picked_up_after_commit() {
         let (r, t) = claimed(decide_claim(None, &req(v("a", Some("10")), "t1", 0)));
-        let Decision::Defer { record } =
-            decide_claim(Some(&r), &req(v("b", Some("20")), "t2", 50))
+        let Decision::Defer { record } = decide_claim(Some(&r), &req(v("b", Some("20")), "t2", 50))
         else {
             panic!("expected defer")
         };
@@ -458,10 +461,7 @@ mod tests {
         assert_eq!(r2.attempts, 1);
         assert_eq!(r2.claim.as_ref().unwrap().token, "t2");
         // The first holder can no longer commit.
-        assert_eq!(
-            commit(&r2, "t1", done(t.clone()), 501, MAX),
-            Err(ClaimLost)
-        );
+        assert_eq!(commit(&r2, "t1", done(t.clone()), 501, MAX), Err(ClaimLost));
         assert!(commit(&r2, "t2", done(t), 501, MAX).is_ok());
     }
 
@@ -478,7 +478,10 @@ mod tests {
         let mut r: Option<Record> = None;
         for (i, now) in [(1, 0), (2, 10), (3, 20)] {
             let token = format!("t{i}");
-            let (c, _) = claimed(decide_claim(r.as_ref(), &req(v("a", Some("10")), &token, now)));
+            let (c, _) = claimed(decide_claim(
+                r.as_ref(),
+                &req(v("a", Some("10")), &token, now),
+            ));
             let f = fail(&c, &token, "bad line 3", now + 1, MAX).unwrap();
             assert_eq!(f.attempts, i);
             r = Some(f);
@@ -525,8 +528,7 @@ mod tests {
     #[test]
     fn failure_of_a_superseded_version_keeps_the_newer_pending_with_a_clean_slate() {
         let (r, _) = claimed(decide_claim(None, &req(v("a", Some("10")), "t1", 0)));
-        let Decision::Defer { record } =
-            decide_claim(Some(&r), &req(v("b", Some("20")), "t2", 5))
+        let Decision::Defer { record } = decide_claim(Some(&r), &req(v("b", Some("20")), "t2", 5))
         else {
             panic!()
         };

@@ -34,7 +34,9 @@ pub enum ColumnType {
     /// `float64`: IEEE 754 double precision.
     Float64,
     /// `decimal(P,S)`: exact decimal with `1 <= P <= 38` digits, `S` of them after the
-    /// point (`0 <= S <= P`), stored as `Decimal128`.
+    /// point (`0 <= S <= P`), stored as `Decimal128`. Text with more than `S` fraction
+    /// digits is rounded half away from zero (arrow-cast's `parse_decimal`); text with
+    /// more than `P - S` integer digits is an error.
     Decimal {
         /// Total number of digits.
         precision: u8,
@@ -203,7 +205,10 @@ mod tests {
         ColumnType::Int64,
         ColumnType::Float32,
         ColumnType::Float64,
-        ColumnType::Decimal { precision: 12, scale: 2 },
+        ColumnType::Decimal {
+            precision: 12,
+            scale: 2,
+        },
         ColumnType::String,
         ColumnType::Bool,
         ColumnType::Date,
@@ -215,12 +220,19 @@ mod tests {
         for ty in ALL {
             let spelled = ty.to_string();
             assert_eq!(spelled.parse::<ColumnType>(), Ok(ty), "{spelled}");
-            assert_eq!(ColumnType::from_arrow(&ty.to_arrow()), Some(ty), "{spelled}");
+            assert_eq!(
+                ColumnType::from_arrow(&ty.to_arrow()),
+                Some(ty),
+                "{spelled}"
+            );
         }
         assert_eq!(ALL[4].to_string(), "decimal(12,2)");
         assert_eq!(
             "decimal( 38 , 0 )".parse(),
-            Ok(ColumnType::Decimal { precision: 38, scale: 0 })
+            Ok(ColumnType::Decimal {
+                precision: 38,
+                scale: 0
+            })
         );
     }
 
@@ -253,7 +265,10 @@ mod tests {
             "",
         ] {
             let err = bad.parse::<ColumnType>().unwrap_err().to_string();
-            assert!(err.contains("int32, int64") && err.contains("timestamp"), "{err}");
+            assert!(
+                err.contains("int32, int64") && err.contains("timestamp"),
+                "{err}"
+            );
         }
     }
 

@@ -89,30 +89,36 @@ impl Stack {
         stack
     }
 
-    /// The sources document of the suites: one CSV source of orders with sums.
+    /// The sources document of the suites: the same orders schema as CSV under `in/`, as
+    /// JSON Lines under `json/`, and as CSV under `keep/` with the `keep` delete policy.
     pub fn config(&self, max_attempts: u32) -> Arc<Config> {
-        Arc::new(
-            Config::from_json(
-                &json!({"sources": [{
-                    "source_id": "orders",
-                    "bucket": self.landing,
-                    "prefix": "in/",
-                    "format": "csv",
-                    "schema": [
-                        {"name": "order_id", "type": "int64", "nullable": false},
-                        {"name": "customer", "type": "string"},
-                        {"name": "quantity", "type": "int32"},
-                        {"name": "amount", "type": "decimal(12,2)"},
-                        {"name": "ordered_at", "type": "timestamp"}
-                    ],
-                    "sum_columns": ["quantity", "amount"],
-                    "output": {"bucket": self.lake, "prefix": "orders/"},
-                    "max_attempts": max_attempts
-                }]})
-                .to_string(),
-            )
-            .expect("suite config is valid"),
-        )
+        let schema = json!([
+            {"name": "order_id", "type": "int64", "nullable": false},
+            {"name": "customer", "type": "string"},
+            {"name": "quantity", "type": "int32"},
+            {"name": "amount", "type": "decimal(12,2)"},
+            {"name": "ordered_at", "type": "timestamp"}
+        ]);
+        let source = |id: &str, prefix: &str, format: &str| {
+            json!({
+                "source_id": id,
+                "bucket": self.landing,
+                "prefix": prefix,
+                "format": format,
+                "schema": schema,
+                "sum_columns": ["quantity", "amount"],
+                "output": {"bucket": self.lake, "prefix": format!("{id}/")},
+                "max_attempts": max_attempts
+            })
+        };
+        let mut keep = source("archive", "keep/", "csv");
+        keep["on_delete"] = "keep".into();
+        let doc = json!({"sources": [
+            source("orders", "in/", "csv"),
+            source("orders_json", "json/", "jsonl"),
+            keep,
+        ]});
+        Arc::new(Config::from_json(&doc.to_string()).expect("suite config is valid"))
     }
 
     /// A pipeline on the stack with this test's clock.
@@ -211,10 +217,12 @@ impl Stack {
     }
 
     /// Upload and return the notification record of that upload.
-    pub async fn upload_event(&self, key: &str, body: &str) -> Value {
-        let etag = self.upload(key, body.to_string()).await;
+    pub async fn upload_event(&self, key: &str, body: impl AsRef<[u8]>) -> Value {
+        let body = Bytes::copy_from_slice(body.as_ref());
+        let size = body.len() as u64;
+        let etag = self.upload(key, body).await;
         let seq = self.next_sequencer();
-        self.created_record(key, &etag, body.len() as u64, &seq)
+        self.created_record(key, &etag, size, &seq)
     }
 
     /// Run the ingest handler on a payload.
@@ -304,11 +312,20 @@ pub fn parquet_totals(body: Bytes) -> Totals {
     for batch in reader {
         let batch = batch.expect("parquet batch");
         t.rows += batch.num_rows() as u64;
-        let ids = batch.column_by_name("order_id").unwrap().as_primitive::<Int64Type>();
+        let ids = batch
+            .column_by_name("order_id")
+            .unwrap()
+            .as_primitive::<Int64Type>();
         t.order_ids += ids.iter().flatten().map(i128::from).sum::<i128>();
-        let q = batch.column_by_name("quantity").unwrap().as_primitive::<Int32Type>();
+        let q = batch
+            .column_by_name("quantity")
+            .unwrap()
+            .as_primitive::<Int32Type>();
         t.quantity += q.iter().flatten().map(i128::from).sum::<i128>();
-        let a = batch.column_by_name("amount").unwrap().as_primitive::<Decimal128Type>();
+        let a = batch
+            .column_by_name("amount")
+            .unwrap()
+            .as_primitive::<Decimal128Type>();
         t.amount_cents += a.iter().flatten().sum::<i128>();
     }
     t
@@ -335,6 +352,36 @@ pub fn orders_csv(first_id: i64, rows: usize) -> (String, Totals) {
         t.amount_cents += i128::from(cents);
     }
     (s, t)
+}
+
+/// The same orders as [`orders_csv`], as JSON Lines.
+pub fn orders_jsonl(first_id: i64, rows: usize) -> (String, Totals) {
+    let (csv, totals) = orders_csv(first_id, rows);
+    let mut s = String::new();
+    for line in csv.lines().skip(1) {
+        let mut rest = line;
+        let id = take(&mut rest, ',');
+        let customer = take(&mut rest, '"'); // the opening quote
+        debug_assert!(customer.is_empty());
+        let customer = take(&mut rest, '"');
+        let _ = take(&mut rest, ',');
+        let quantity = take(&mut rest, ',');
+        let amount = take(&mut rest, ',');
+        s.push_str(
+            &json!({"order_id": id.parse::<i64>().unwrap(), "customer": customer,
+                    "quantity": quantity.parse::<i32>().unwrap(), "amount": amount,
+                    "ordered_at": rest})
+            .to_string(),
+        );
+        s.push('\n');
+    }
+    (s, totals)
+}
+
+fn take<'a>(rest: &mut &'a str, sep: char) -> &'a str {
+    let (head, tail) = rest.split_once(sep).unwrap_or((rest, ""));
+    *rest = tail;
+    head
 }
 
 /// A direct S3 notification with these records.

@@ -44,7 +44,11 @@ async fn a_new_object_is_processed_once() {
     assert_eq!(committed.sums["quantity"], totals.quantity.to_string());
     assert_eq!(
         committed.sums["amount"],
-        format!("{}.{:02}", totals.amount_cents / 100, totals.amount_cents % 100)
+        format!(
+            "{}.{:02}",
+            totals.amount_cents / 100,
+            totals.amount_cents % 100
+        )
     );
     assert_eq!(committed.outputs.len(), 1);
 }
@@ -112,7 +116,9 @@ async fn an_overwrite_replaces_the_output_without_duplicate_rows() {
     let (v2, v2_totals) = orders_csv(500, 12);
 
     let e1 = stack.upload_event("in/a.csv", &v1).await;
-    stack.invoke(&pipeline, &direct(vec![e1.clone()]), "run-1").await;
+    stack
+        .invoke(&pipeline, &direct(vec![e1.clone()]), "run-1")
+        .await;
     assert_eq!(stack.lake_totals().await, v1_totals);
 
     let e2 = stack.upload_event("in/a.csv", &v2).await;
@@ -135,7 +141,9 @@ async fn a_delete_removes_the_output_and_a_late_create_does_not_resurrect_it() {
     let pipeline = stack.pipeline(3);
     let (csv, _) = orders_csv(1, 5);
     let created = stack.upload_event("in/a.csv", &csv).await;
-    stack.invoke(&pipeline, &direct(vec![created.clone()]), "run-1").await;
+    stack
+        .invoke(&pipeline, &direct(vec![created.clone()]), "run-1")
+        .await;
     assert_eq!(stack.lake_objects().await.len(), 1);
 
     stack.remove("in/a.csv").await;
@@ -146,7 +154,9 @@ async fn a_delete_removes_the_output_and_a_late_create_does_not_resurrect_it() {
     assert!(stack.lake_objects().await.is_empty());
     assert_eq!(record(&stack, "in/a.csv").await.status, Status::Deleted);
 
-    let r = stack.invoke(&pipeline, &direct(vec![created]), "run-3").await;
+    let r = stack
+        .invoke(&pipeline, &direct(vec![created]), "run-3")
+        .await;
     assert_eq!(r.summary.stale, 1, "{r:?}");
     assert!(stack.lake_objects().await.is_empty());
 }
@@ -159,7 +169,11 @@ async fn eight_concurrent_workers_on_the_same_fifty_events_process_each_object_o
     for i in 0..50 {
         let (csv, t) = orders_csv(i * 100, 20 + (i as usize % 5));
         expected.add(&t);
-        events.push(stack.upload_event(&format!("in/batch/{i:03}.csv"), &csv).await);
+        events.push(
+            stack
+                .upload_event(&format!("in/batch/{i:03}.csv"), &csv)
+                .await,
+        );
     }
     let mut workers = Vec::new();
     for w in 0..8 {
@@ -187,7 +201,10 @@ async fn eight_concurrent_workers_on_the_same_fifty_events_process_each_object_o
     for w in workers {
         processed += w.await.unwrap();
     }
-    assert_eq!(processed, 50, "each object is processed by exactly one worker");
+    assert_eq!(
+        processed, 50,
+        "each object is processed by exactly one worker"
+    );
     assert_eq!(stack.lake_objects().await.len(), 50);
     assert_eq!(stack.lake_totals().await, expected);
 }
@@ -226,7 +243,10 @@ async fn a_worker_that_dies_after_the_output_put_leaves_exactly_one_output_after
 
     let r = stack.invoke(&dying, &event, "run-1").await;
     assert_eq!(r.summary.failed, 1, "{r:?}");
-    assert!(r.must_fail(), "a direct invocation fails so Lambda retries it");
+    assert!(
+        r.must_fail(),
+        "a direct invocation fails so Lambda retries it"
+    );
     // The output is there, the ledger still shows the claim.
     assert_eq!(stack.lake_objects().await.len(), 1);
     assert_eq!(record(&stack, "in/a.csv").await.status, Status::Claimed);
@@ -280,9 +300,18 @@ async fn a_malformed_object_is_quarantined_after_its_attempts_and_the_batch_goes
                1,a,1,1.00,2024-03-01T00:00:00Z\n\
                2,b,not-a-number,1.00,2024-03-01T00:00:00Z\n";
     let batch = sqs(vec![
-        ("m-1", direct(vec![stack.upload_event("in/good1.csv", &good1).await])),
-        ("m-2", direct(vec![stack.upload_event("in/bad.csv", bad).await])),
-        ("m-3", direct(vec![stack.upload_event("in/good2.csv", &good2).await])),
+        (
+            "m-1",
+            direct(vec![stack.upload_event("in/good1.csv", &good1).await]),
+        ),
+        (
+            "m-2",
+            direct(vec![stack.upload_event("in/bad.csv", bad).await]),
+        ),
+        (
+            "m-3",
+            direct(vec![stack.upload_event("in/good2.csv", &good2).await]),
+        ),
     ]);
 
     let r = stack.invoke(&pipeline, &batch, "run-1").await;
@@ -336,7 +365,11 @@ async fn keys_with_spaces_plus_unicode_and_percent_are_processed() {
         records.push(stack.upload_event(key, &csv).await);
     }
     let r = stack.invoke(&pipeline, &direct(records), "run-1").await;
-    assert_eq!((r.summary.processed, r.summary.failed), (keys.len(), 0), "{r:?}");
+    assert_eq!(
+        (r.summary.processed, r.summary.failed),
+        (keys.len(), 0),
+        "{r:?}"
+    );
     let lake: HashSet<String> = stack.lake_objects().await.into_keys().collect();
     for key in keys {
         let out = format!("orders/{}.parquet", key.strip_prefix("in/").unwrap());
@@ -357,9 +390,249 @@ async fn sqs_test_events_and_unclaimed_objects_are_acknowledged() {
     let (csv, _) = orders_csv(1, 2);
     let elsewhere = direct(vec![stack.upload_event("other/a.csv", &csv).await]);
     let r = stack
-        .invoke(&pipeline, &sqs(vec![("t", test_event), ("o", elsewhere)]), "run-1")
+        .invoke(
+            &pipeline,
+            &sqs(vec![("t", test_event), ("o", elsewhere)]),
+            "run-1",
+        )
         .await;
     assert!(r.retry_messages.is_empty(), "{r:?}");
     assert_eq!((r.summary.skipped, r.summary.unrouted), (1, 1));
     assert!(stack.lake_objects().await.is_empty());
+}
+
+/// Holds the first worker at one step until the test lets it go.
+struct Gate {
+    key: String,
+    step: Step,
+    reached: std::sync::mpsc::SyncSender<()>,
+    release: Mutex<std::sync::mpsc::Receiver<()>>,
+    used: Mutex<bool>,
+}
+
+impl Faults for Gate {
+    fn check(&self, step: Step, key: &str) -> Result<()> {
+        let mut used = self.used.lock().unwrap();
+        if step == self.step && key == self.key && !*used {
+            *used = true;
+            self.reached.send(()).unwrap();
+            // Hand this worker's other tasks to the runtime while we wait.
+            tokio::task::block_in_place(|| self.release.lock().unwrap().recv().unwrap());
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_newer_version_arriving_during_a_claim_is_processed_by_the_holder() {
+    let stack = Arc::new(Stack::new().await);
+    let (v1, _) = orders_csv(1, 10);
+    let (v2, v2_totals) = orders_csv(700, 4);
+    let e1 = direct(vec![stack.upload_event("in/a.csv", &v1).await]);
+    let (reached_tx, reached_rx) = std::sync::mpsc::sync_channel(1);
+    let (release_tx, release_rx) = std::sync::mpsc::channel();
+    let holder = stack.pipeline_with_faults(
+        3,
+        Arc::new(Gate {
+            key: "in/a.csv".into(),
+            step: Step::AfterClaim,
+            reached: reached_tx,
+            release: Mutex::new(release_rx),
+            used: Mutex::new(false),
+        }),
+    );
+    let s = stack.clone();
+    let first = tokio::spawn(async move { s.invoke(&holder, &e1, "holder").await });
+    tokio::task::spawn_blocking(move || reached_rx.recv().unwrap())
+        .await
+        .unwrap();
+
+    // While v1 is claimed, v2 lands and its event is recorded for the holder.
+    let e2 = direct(vec![stack.upload_event("in/a.csv", &v2).await]);
+    let r = stack.invoke(&stack.pipeline(3), &e2, "second").await;
+    assert_eq!(r.summary.deferred, 1, "{r:?}");
+    let rec = record(&stack, "in/a.csv").await;
+    assert!(
+        rec.pending.is_some(),
+        "superseded-by is on the record: {rec:?}"
+    );
+
+    release_tx.send(()).unwrap();
+    let r = first.await.unwrap();
+    assert_eq!(r.summary.failed, 0, "{r:?}");
+    // v1's pinned GET found v2 (not current); the holder then processed v2 itself.
+    assert_eq!(stack.lake_totals().await, v2_totals);
+    let rec = record(&stack, "in/a.csv").await;
+    assert_eq!(rec.status, Status::Done);
+    assert!(rec.pending.is_none());
+    assert_eq!(rec.committed.unwrap().rows, 4);
+}
+
+#[tokio::test]
+async fn a_large_output_goes_up_by_multipart_and_survives_a_crash_before_commit() {
+    let stack = Stack::new().await;
+    // Incompressible text so the Parquet output exceeds one 5 MiB part.
+    let mut csv = String::from("order_id,customer,quantity,amount,ordered_at\n");
+    let mut totals = Totals::default();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for id in 0..110_000i64 {
+        let mut name = String::with_capacity(120);
+        for _ in 0..120 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            name.push((b'a' + (x % 26) as u8) as char);
+        }
+        csv.push_str(&format!(
+            "{id},{name},{},{}.25,2024-03-01T00:00:00Z\n",
+            id % 5,
+            id % 100
+        ));
+        totals.rows += 1;
+        totals.order_ids += i128::from(id);
+        totals.quantity += i128::from(id % 5);
+        totals.amount_cents += i128::from(id % 100) * 100 + 25;
+    }
+    let event = direct(vec![stack.upload_event("in/big.csv", &csv).await]);
+    let mut dying = stack.pipeline_with_faults(
+        3,
+        Arc::new(DieOnce {
+            step: Step::AfterOutputPut,
+            key: "in/big.csv".into(),
+            fired: Mutex::new(false),
+        }),
+    );
+    dying.settings.part_size = 5 << 20;
+    let r = stack.invoke(&dying, &event, "run-1").await;
+    assert_eq!(r.summary.failed, 1);
+    let lake = stack.lake_objects().await;
+    let etag = stack
+        .s3
+        .head_object()
+        .bucket(&stack.lake)
+        .key("orders/big.csv.parquet")
+        .send()
+        .await
+        .unwrap()
+        .e_tag()
+        .unwrap()
+        .to_string();
+    assert!(
+        etag.trim_matches('"').ends_with("-2"),
+        "multipart ETag: {etag}"
+    );
+    assert_eq!(lake.len(), 1);
+
+    stack.expire_leases();
+    let mut retry = stack.pipeline(3);
+    retry.settings.part_size = 5 << 20;
+    let r = stack.invoke(&retry, &event, "run-2").await;
+    assert_eq!(r.summary.processed, 1, "{r:?}");
+    assert_eq!(stack.lake_objects().await.len(), 1);
+    assert_eq!(stack.lake_totals().await, totals);
+}
+
+#[tokio::test]
+async fn gzip_json_lines_and_zstd_csv_land_with_the_same_rows_and_sums() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let (jsonl, t1) = tidemark_tests::orders_jsonl(1, 300);
+    let (csv, t2) = orders_csv(5000, 200);
+    let gz = {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(jsonl.as_bytes()).unwrap();
+        e.finish().unwrap()
+    };
+    let zst = zstd::encode_all(csv.as_bytes(), 3).unwrap();
+    let records = vec![
+        stack.upload_event("json/2024/a.jsonl.gz", &gz).await,
+        stack.upload_event("in/b.csv.zst", &zst).await,
+    ];
+    let r = stack.invoke(&pipeline, &direct(records), "run-1").await;
+    assert_eq!((r.summary.processed, r.summary.failed), (2, 0), "{r:?}");
+    let lake = stack.lake_objects().await;
+    assert_eq!(
+        tidemark_tests::parquet_totals(lake["orders_json/2024/a.jsonl.gz.parquet"].clone()),
+        t1
+    );
+    assert_eq!(
+        tidemark_tests::parquet_totals(lake["orders/b.csv.zst.parquet"].clone()),
+        t2
+    );
+}
+
+#[tokio::test]
+async fn a_header_only_object_commits_zero_rows_with_a_valid_empty_parquet() {
+    let stack = Stack::new().await;
+    let (csv, _) = orders_csv(1, 0);
+    let r = stack
+        .invoke(
+            &stack.pipeline(3),
+            &direct(vec![stack.upload_event("in/empty.csv", &csv).await]),
+            "run-1",
+        )
+        .await;
+    assert_eq!(r.summary.processed, 1, "{r:?}");
+    assert_eq!(stack.lake_totals().await, Totals::default());
+    let rec = record(&stack, "in/empty.csv").await;
+    assert_eq!(rec.committed.unwrap().rows, 0);
+}
+
+#[tokio::test]
+async fn the_keep_policy_keeps_outputs_of_deleted_objects() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let (csv, totals) = orders_csv(1, 8);
+    let created = stack.upload_event("keep/a.csv", &csv).await;
+    stack
+        .invoke(&pipeline, &direct(vec![created]), "run-1")
+        .await;
+    stack.remove("keep/a.csv").await;
+    let seq = stack.next_sequencer();
+    let r = stack
+        .invoke(
+            &pipeline,
+            &direct(vec![stack.removed_record("keep/a.csv", &seq)]),
+            "run-2",
+        )
+        .await;
+    assert_eq!(r.summary.deleted, 1, "{r:?}");
+    assert_eq!(stack.lake_totals().await, totals);
+    let rec = tidemark::aws::dynamodb::DynamoLedger::new(stack.dynamo.clone(), &stack.table)
+        .get("archive", "keep/a.csv")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.status, Status::Deleted);
+    assert_eq!(
+        rec.committed.unwrap().outputs.len(),
+        1,
+        "kept outputs stay on the record"
+    );
+}
+
+#[tokio::test]
+async fn a_delete_event_for_a_key_that_exists_again_is_released() {
+    let stack = Stack::new().await;
+    let pipeline = stack.pipeline(3);
+    let (v1, _) = orders_csv(1, 5);
+    let (v2, v2_totals) = orders_csv(50, 6);
+    let e1 = stack.upload_event("in/a.csv", &v1).await;
+    stack.invoke(&pipeline, &direct(vec![e1]), "run-1").await;
+    // Deleted, then re-created before the delete event is handled.
+    stack.remove("in/a.csv").await;
+    let del_seq = stack.next_sequencer();
+    let e2 = stack.upload_event("in/a.csv", &v2).await;
+    let r = stack
+        .invoke(
+            &pipeline,
+            &direct(vec![stack.removed_record("in/a.csv", &del_seq)]),
+            "run-2",
+        )
+        .await;
+    assert_eq!(r.summary.not_current, 1, "{r:?}");
+    let r = stack.invoke(&pipeline, &direct(vec![e2]), "run-3").await;
+    assert_eq!(r.summary.processed, 1, "{r:?}");
+    assert_eq!(stack.lake_totals().await, v2_totals);
 }

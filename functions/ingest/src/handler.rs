@@ -9,11 +9,11 @@ use tidemark::process::{Pipeline, RunContext};
 pub(crate) fn concurrency_from_env() -> Result<usize, String> {
     match std::env::var("TIDEMARK_CONCURRENCY") {
         Err(_) => Ok(8),
-        Ok(v) => v
-            .parse::<usize>()
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| format!("TIDEMARK_CONCURRENCY must be a positive integer, got {v:?}")),
+        Ok(v) => {
+            v.parse::<usize>().ok().filter(|n| *n > 0).ok_or_else(|| {
+                format!("TIDEMARK_CONCURRENCY must be a positive integer, got {v:?}")
+            })
+        }
     }
 }
 

@@ -9,7 +9,7 @@ mod handler;
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    tidemark::telemetry::init();
+    tidemark::telemetry::init("info");
     let config = Arc::new(tidemark::config::Config::from_env()?);
     let pipeline = tidemark::aws::pipeline_from_env(config).await?;
     let concurrency = handler::concurrency_from_env()?;

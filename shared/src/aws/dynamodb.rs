@@ -32,8 +32,7 @@ use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
-    KeyType, Projection, ProjectionType, ReturnValuesOnConditionCheckFailure,
-    ScalarAttributeType,
+    KeyType, Projection, ProjectionType, ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
 };
 
 use super::failure;
@@ -144,14 +143,15 @@ impl DynamoLedger {
             .table_name(&self.table)
             .set_item(Some(self.to_item(record)?))
             .condition_expression(condition)
-            .set_expression_attribute_values(
-                rev.map(|rev| HashMap::from([(":rev".to_string(), AttributeValue::N(rev.to_string()))])),
-            )
+            .set_expression_attribute_values(rev.map(|rev| {
+                HashMap::from([(":rev".to_string(), AttributeValue::N(rev.to_string()))])
+            }))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
         match req.send().await {
             Ok(_) => Ok(LedgerWrite::Written),
             Err(e) => {
-                if let Some(PutItemError::ConditionalCheckFailedException(c)) = e.as_service_error() {
+                if let Some(PutItemError::ConditionalCheckFailedException(c)) = e.as_service_error()
+                {
                     let current = c
                         .item()
                         .filter(|i| !i.is_empty())
@@ -186,7 +186,11 @@ impl DynamoLedger {
             .index_name(INDEX_BY_SOURCE)
             .key_schema(k("gsi1pk", KeyType::Hash))
             .key_schema(k("gsi1sk", KeyType::Range))
-            .projection(Projection::builder().projection_type(ProjectionType::All).build())
+            .projection(
+                Projection::builder()
+                    .projection_type(ProjectionType::All)
+                    .build(),
+            )
             .build()
             .expect("index has its fields");
         let created = self

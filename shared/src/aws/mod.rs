@@ -45,7 +45,9 @@ where
             let code = se.err().code().map(str::to_string);
             let transient = status >= 500
                 || status == 429
-                || code.as_deref().is_some_and(|c| TRANSIENT_CODES.contains(&c));
+                || code
+                    .as_deref()
+                    .is_some_and(|c| TRANSIENT_CODES.contains(&c));
             Failure {
                 status: Some(status),
                 code,

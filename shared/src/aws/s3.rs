@@ -12,9 +12,7 @@ use bytes::Bytes;
 
 use super::failure;
 use crate::error::StoreError;
-use crate::ports::{
-    GetOutcome, ListPage, ObjectMeta, ObjectStore, PutOutcome, WriteCondition,
-};
+use crate::ports::{GetOutcome, ListPage, ObjectMeta, ObjectStore, PutOutcome, WriteCondition};
 
 /// S3 behind the [`ObjectStore`] port.
 #[derive(Debug, Clone)]
@@ -49,7 +47,12 @@ fn quote(etag: &str) -> String {
     format!("\"{etag}\"")
 }
 
-fn err<E, R>(op: &'static str, bucket: &str, key: &str, e: &aws_sdk_s3::error::SdkError<E, R>) -> StoreError
+fn err<E, R>(
+    op: &'static str,
+    bucket: &str,
+    key: &str,
+    e: &aws_sdk_s3::error::SdkError<E, R>,
+) -> StoreError
 where
     E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug + super::HasStatus,
@@ -73,16 +76,23 @@ where
     f.status == Some(412) || f.code.as_deref() == Some("PreconditionFailed")
 }
 
-fn status_of<E, R>(e: &aws_sdk_s3::error::SdkError<E, R>) -> Option<u16>
+/// A 404 for the key itself; a missing bucket (`NoSuchBucket`) is an error, not an absence.
+fn key_missing<E, R>(e: &aws_sdk_s3::error::SdkError<E, R>) -> bool
 where
     E: aws_sdk_s3::error::ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug + super::HasStatus,
 {
-    failure(e).status
+    let f = failure(e);
+    f.status == Some(404) && f.code.as_deref() != Some("NoSuchBucket")
 }
 
 fn to_hash(metadata: &BTreeMap<String, String>) -> Option<HashMap<String, String>> {
-    Some(metadata.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+    Some(
+        metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    )
 }
 
 fn millis(t: Option<&aws_sdk_s3::primitives::DateTime>) -> i64 {
@@ -92,7 +102,14 @@ fn millis(t: Option<&aws_sdk_s3::primitives::DateTime>) -> i64 {
 #[async_trait]
 impl ObjectStore for S3Store {
     async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectMeta>, StoreError> {
-        match self.client.head_object().bucket(bucket).key(key).send().await {
+        match self
+            .client
+            .head_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(o) => Ok(Some(ObjectMeta {
                 key: key.to_string(),
                 etag: o.e_tag().map(unquote).unwrap_or_default(),
@@ -101,10 +118,14 @@ impl ObjectStore for S3Store {
                 last_modified: millis(o.last_modified()),
                 metadata: o
                     .metadata()
-                    .map(|m| m.iter().map(|(k, v)| (k.to_lowercase(), v.clone())).collect())
+                    .map(|m| {
+                        m.iter()
+                            .map(|(k, v)| (k.to_lowercase(), v.clone()))
+                            .collect()
+                    })
                     .unwrap_or_default(),
             })),
-            Err(e) if status_of(&e) == Some(404) => Ok(None),
+            Err(e) if key_missing(&e) => Ok(None),
             Err(e) => Err(err("HeadObject", bucket, key, &e)),
         }
     }
@@ -131,7 +152,11 @@ impl ObjectStore for S3Store {
                     last_modified: millis(o.last_modified()),
                     metadata: o
                         .metadata()
-                        .map(|m| m.iter().map(|(k, v)| (k.to_lowercase(), v.clone())).collect())
+                        .map(|m| {
+                            m.iter()
+                                .map(|(k, v)| (k.to_lowercase(), v.clone()))
+                                .collect()
+                        })
                         .unwrap_or_default(),
                 };
                 Ok(GetOutcome::Found {
@@ -140,7 +165,7 @@ impl ObjectStore for S3Store {
                 })
             }
             Err(e) if is_412(&e) => Ok(GetOutcome::Changed),
-            Err(e) if status_of(&e) == Some(404) => Ok(GetOutcome::NotFound),
+            Err(e) if key_missing(&e) => Ok(GetOutcome::NotFound),
             Err(e) => Err(err("GetObject", bucket, key, &e)),
         }
     }
@@ -169,9 +194,7 @@ impl ObjectStore for S3Store {
                 etag: o.e_tag().map(unquote).unwrap_or_default(),
             }),
             // 412, or 404 for If-Match on a key that is gone.
-            Err(e) if is_412(&e) || status_of(&e) == Some(404) => {
-                Ok(PutOutcome::PreconditionFailed)
-            }
+            Err(e) if is_412(&e) || key_missing(&e) => Ok(PutOutcome::PreconditionFailed),
             Err(e) => Err(err("PutObject", bucket, key, &e)),
         }
     }
@@ -226,7 +249,12 @@ impl ObjectStore for S3Store {
     ) -> Result<PutOutcome, StoreError> {
         let parts = parts
             .iter()
-            .map(|(n, etag)| CompletedPart::builder().part_number(*n).e_tag(quote(etag)).build())
+            .map(|(n, etag)| {
+                CompletedPart::builder()
+                    .part_number(*n)
+                    .e_tag(quote(etag))
+                    .build()
+            })
             .collect();
         let mut req = self
             .client
@@ -234,7 +262,11 @@ impl ObjectStore for S3Store {
             .bucket(bucket)
             .key(key)
             .upload_id(upload_id)
-            .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build());
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            );
         req = match condition {
             WriteCondition::Absent => req.if_none_match("*"),
             WriteCondition::Matches(etag) => req.if_match(quote(etag)),
@@ -279,7 +311,7 @@ impl ObjectStore for S3Store {
             .set_if_match(if_match.map(quote));
         match req.send().await {
             Ok(_) => Ok(true),
-            Err(e) if is_412(&e) || status_of(&e) == Some(404) => Ok(false),
+            Err(e) if is_412(&e) || key_missing(&e) => Ok(false),
             Err(e) => Err(err("DeleteObject", bucket, key, &e)),
         }
     }

@@ -150,7 +150,10 @@ impl<R: BufRead> CsvBatches<R> {
                 Ok(_) => break,
                 Err(e) => return self.utf8_error(line, e),
             };
-            if let Some(e) = self.check_fields(line, &rest[..span], &text) {
+            let record = &rest[..span];
+            let mut typed = self.single(self.decode_schema.clone());
+            let parses = feed(&mut typed, record).and_then(|_| typed.flush()).is_ok();
+            if let Some(e) = self.check_fields(line, record, &text, parses) {
                 return e;
             }
             offset += span;
@@ -176,22 +179,33 @@ impl<R: BufRead> CsvBatches<R> {
         )
     }
 
-    /// The first field of `record` (decoded as `text`) that does not fit its column.
-    fn check_fields(&self, line: u64, record: &[u8], text: &RecordBatch) -> Option<ConvertError> {
+    /// The first field of `record` (decoded as `text`) that does not fit its column;
+    /// values are parsed one by one only if the whole record does not `parse`.
+    fn check_fields(
+        &self,
+        line: u64,
+        record: &[u8],
+        text: &RecordBatch,
+        parses: bool,
+    ) -> Option<ConvertError> {
         let fields = self.schema.fields().iter().zip(&self.types);
         for (index, (field, ty)) in fields.enumerate() {
             let value = text.column(index).as_string_opt::<i32>()?;
-            let error = |message| Some(ConvertError::parse(Some(line), Some(field.name()), message));
+            let error =
+                |message| Some(ConvertError::parse(Some(line), Some(field.name()), message));
             if value.is_null(0) {
                 let kept = *ty == ColumnType::String && self.empty_strings == EmptyStrings::Empty;
                 if !field.is_nullable() && !kept {
                     return error("empty value in a non-nullable column".to_owned());
                 }
-            } else if *ty != ColumnType::String {
+            } else if !parses && *ty != ColumnType::String {
                 let mut typed = self.text_schema.fields().to_vec();
                 typed[index] = self.decode_schema.fields()[index].clone();
                 let mut decoder = self.single(Arc::new(Schema::new(typed)));
-                if feed(&mut decoder, record).and_then(|_| decoder.flush()).is_err() {
+                if feed(&mut decoder, record)
+                    .and_then(|_| decoder.flush())
+                    .is_err()
+                {
                     return error(format!("cannot parse {:?} as {ty}", value.value(0)));
                 }
             }
@@ -217,7 +231,8 @@ impl<R: BufRead> Batches for CsvBatches<R> {
         };
         if let Some((_, column)) = null_violation(&batch, &self.schema) {
             let name = self.schema.field(column).name();
-            let fallback = ConvertError::parse(None, Some(name), "missing value in a non-nullable column");
+            let fallback =
+                ConvertError::parse(None, Some(name), "missing value in a non-nullable column");
             return Err(self.diagnose(fallback));
         }
         Ok(Some(batch))
@@ -239,7 +254,11 @@ fn builder(options: &CsvOptions, schema: SchemaRef) -> ReaderBuilder {
 
 /// Feeds `decoder` from `reader`, keeping the bytes it takes in `raw`, until it has a
 /// full batch or the input ends.
-fn fill(reader: &mut impl BufRead, raw: &mut Vec<u8>, decoder: &mut Decoder) -> Result<(), ArrowError> {
+fn fill(
+    reader: &mut impl BufRead,
+    raw: &mut Vec<u8>,
+    decoder: &mut Decoder,
+) -> Result<(), ArrowError> {
     loop {
         let buf = reader.fill_buf()?;
         let end = buf.is_empty();
@@ -266,4 +285,170 @@ fn feed(decoder: &mut Decoder, bytes: &[u8]) -> Result<usize, ArrowError> {
 
 fn newlines(bytes: &[u8]) -> u64 {
     bytes.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use super::super::{ConvertError, InputFormat, convert};
+    use super::*;
+
+    const ABC: &str = r#"[{"name":"a","type":"int32"},{"name":"b","type":"string"},{"name":"c","type":"decimal(12,2)"}]"#;
+
+    fn with_options(options: CsvOptions) -> ConvertSpec {
+        let mut spec = csv_spec(ABC);
+        spec.format = InputFormat::Csv(options);
+        spec
+    }
+
+    #[test]
+    fn other_delimiters_quotes_and_escapes() {
+        let expected = text_rows(&["1|x;y, \"z\"|1.50", "∅|two\nlines|∅"]);
+        for (delimiter, input) in [
+            (b';', "a;b;c\n1;\"x;y, \"\"z\"\"\";1.50\n;\"two\nlines\";\n"),
+            (b'|', "a|b|c\n1|\"x;y, \"\"z\"\"\"|1.50\n|\"two\nlines\"|\n"),
+        ] {
+            let options = CsvOptions {
+                delimiter,
+                ..CsvOptions::default()
+            };
+            assert_eq!(run(input, &with_options(options)).1.rows, expected);
+        }
+        let options = CsvOptions {
+            quote: b'\'',
+            escape: Some(b'\\'),
+            header: false,
+            ..CsvOptions::default()
+        };
+        let (_, parquet) = run(
+            "1,'x;y, \\\"z\\\"',1.50\n,'two\nlines',\n",
+            &with_options(options),
+        );
+        assert_eq!(parquet.rows, expected);
+    }
+
+    #[test]
+    fn crlf_and_a_missing_final_newline() {
+        let (_, parquet) = run("a,b,c\r\n1,x,1\r\n2,y,2", &csv_spec(ABC));
+        assert_eq!(parquet.rows, text_rows(&["1|x|1.00", "2|y|2.00"]));
+    }
+
+    #[test]
+    fn wrong_field_counts_name_their_line() {
+        let spec = csv_spec(ABC);
+        let few = parse_error("a,b,c\n1,x,1\n2,y,2\n3,z\n", &spec);
+        assert_eq!(few, "line 4: expected 3 fields, got 2");
+        let many = parse_error("a,b,c\n1,x,1\n2,y,2\n3,z,3,4\n", &spec);
+        assert_eq!(many, "line 4: expected 3 fields, got more than 3");
+        let header = parse_error("a,b\n1,x,1\n", &spec);
+        assert_eq!(header, "line 1: header: expected 3 fields, got 2");
+    }
+
+    #[test]
+    fn bad_values_name_their_line_column_and_value() {
+        let spec = csv_spec(ABC);
+        assert_eq!(
+            parse_error("a,b,c\n1,x,1\nabc,y,2\n", &spec),
+            r#"line 3: column "a": cannot parse "abc" as int32"#
+        );
+        assert_eq!(
+            parse_error("a,b,c\n1,x,1\n2,y,2\n3,z,3\n4,w,abc\n", &spec),
+            r#"line 5: column "c": cannot parse "abc" as decimal(12,2)"#
+        );
+        assert_eq!(
+            parse_error("a,b,c\n1,x,1\n1,x,12345678901.5\n", &spec),
+            r#"line 3: column "c": cannot parse "12345678901.5" as decimal(12,2)"#,
+            "more than 12 digits"
+        );
+        let (_, parquet) = run("a,b,c\n1,x,1.005\n1,x,-1.004\n", &spec);
+        assert_eq!(
+            parquet.rows,
+            text_rows(&["1|x|1.01", "1|x|-1.00"]),
+            "extra digits round (arrow-cast)"
+        );
+        let dated = csv_spec(r#"[{"name":"d","type":"date"},{"name":"t","type":"timestamp"}]"#);
+        assert_eq!(
+            parse_error(
+                "d,t\n2024-01-02,2024-01-02T03:04:05Z\n2024-02-30,2024-01-02T03:04:05Z\n",
+                &dated
+            ),
+            r#"line 3: column "d": cannot parse "2024-02-30" as date"#
+        );
+        assert_eq!(
+            parse_error("d,t\n2024-01-02,yesterday\n", &dated),
+            r#"line 2: column "t": cannot parse "yesterday" as timestamp"#
+        );
+    }
+
+    #[test]
+    fn line_numbers_are_physical_lines_across_batches() {
+        let mut spec = csv_spec(ABC);
+        spec.batch_rows = 2;
+        // blank lines, quoted newlines and CRLF all move the line number
+        let input = "a,b,c\r\n\r\n1,\"x\ny\",1\r\n2,y,2\n\n3,\"p\nq\nr\",3\n4,z,4\n5,z,five\n";
+        assert_eq!(
+            parse_error(input, &spec),
+            r#"line 11: column "c": cannot parse "five" as decimal(12,2)"#
+        );
+        let input = "1,x,1\n2,y,2\n3,z,3\n\n4,w\n";
+        spec.format = InputFormat::Csv(CsvOptions {
+            header: false,
+            ..CsvOptions::default()
+        });
+        assert_eq!(
+            parse_error(input, &spec),
+            "line 5: expected 3 fields, got 2"
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_names_its_column() {
+        let err = parse_error(b"a,b,c\n1,x,1\n2,\xffy,2\n", &csv_spec(ABC));
+        assert_eq!(err, r#"line 3: column "b": invalid UTF-8"#);
+    }
+
+    #[test]
+    fn empty_fields_and_nullability() {
+        let columns = r#"[{"name":"a","type":"int32","nullable":false},{"name":"b","type":"string","nullable":false},{"name":"c","type":"string"}]"#;
+        let mut spec = csv_spec(columns);
+        let input = "a,b,c\n1,x,\n2,,\"\"\n";
+        assert_eq!(
+            parse_error(input, &spec),
+            r#"line 3: column "b": empty value in a non-nullable column"#
+        );
+        assert_eq!(
+            parse_error("a,b,c\n1,x,y\n,x,y\n", &spec),
+            r#"line 3: column "a": empty value in a non-nullable column"#
+        );
+
+        spec.empty_strings = EmptyStrings::Empty;
+        let (_, parquet) = run(input, &spec);
+        assert_eq!(parquet.rows, text_rows(&["1|x|", "2||"]));
+        assert_eq!(
+            parse_error("a,b,c\n1,x,y\n,x,y\n", &spec),
+            r#"line 3: column "a": empty value in a non-nullable column"#,
+            "non-string columns are NULL when empty whatever the setting"
+        );
+
+        let (_, parquet) = run("a,b,c\n1,x,\n", &csv_spec(ABC));
+        assert_eq!(parquet.rows, text_rows(&["1|x|∅"]));
+        let mut spec = csv_spec(ABC);
+        spec.empty_strings = EmptyStrings::Empty;
+        assert_eq!(run("a,b,c\n,,\n", &spec).1.rows, text_rows(&["∅||∅"]));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for input in [
+            &b"a,b,c\n\"\n"[..],
+            b"\0\0\0",
+            b"a,b,c\n\xff\xfe,\x00,\"\"\"",
+            b"\n\n\n",
+            b"\"a\"b\"c,,",
+        ] {
+            if let Err(e) = convert(input, &csv_spec(ABC), Vec::new()) {
+                assert!(matches!(e, ConvertError::Parse { .. }), "{e:?}");
+            }
+        }
+    }
 }

@@ -74,9 +74,11 @@ impl<R: Read> Read for Decoded<'_, R> {
             }
             Err(e) => Err(match self.compression {
                 Compression::None => e,
-                Compression::Gzip | Compression::Zstd => io::Error::other(ConvertError::Decompress {
-                    message: format!("{}: {e}", self.compression),
-                }),
+                Compression::Gzip | Compression::Zstd => {
+                    io::Error::other(ConvertError::Decompress {
+                        message: format!("{}: {e}", self.compression),
+                    })
+                }
             }),
         }
     }
@@ -88,7 +90,10 @@ pub(super) fn open<'a, R: Read + 'a>(
     spec: &ConvertSpec,
     meter: &'a Meter,
 ) -> Result<impl BufRead + 'a, ConvertError> {
-    let source = Source { inner: input, meter };
+    let source = Source {
+        inner: input,
+        meter,
+    };
     let inner: Box<dyn Read + 'a> = match spec.compression {
         Compression::None => Box::new(source),
         Compression::Gzip => Box::new(MultiGzDecoder::new(source)),
@@ -107,7 +112,10 @@ pub(super) fn open<'a, R: Read + 'a>(
         compression: spec.compression,
     };
     let mut head = Vec::with_capacity(BOM.len());
-    decoded.by_ref().take(BOM.len() as u64).read_to_end(&mut head)?;
+    decoded
+        .by_ref()
+        .take(BOM.len() as u64)
+        .read_to_end(&mut head)?;
     if head == BOM {
         head.clear();
     }

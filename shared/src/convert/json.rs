@@ -8,11 +8,12 @@
 
 use std::io::BufRead;
 use std::ops::Range;
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_json::ReaderBuilder;
 use arrow_json::reader::Decoder;
-use arrow_schema::{ArrowError, SchemaRef};
+use arrow_schema::{ArrowError, Schema, SchemaRef};
 
 use super::{Batches, ConvertError, ConvertSpec, arrow_message, null_violation, nullable};
 
@@ -76,7 +77,7 @@ impl<R: BufRead> JsonBatches<R> {
             let taken = self
                 .decoder
                 .decode(text)
-                .map_err(|e| self.error(Some(self.line), e))?;
+                .map_err(|e| ConvertError::parse(Some(self.line), None, arrow_message(e)))?;
             if taken != text.len()
                 || self.decoder.has_partial_record()
                 || self.decoder.len() != before + 1
@@ -89,33 +90,33 @@ impl<R: BufRead> JsonBatches<R> {
         Ok(())
     }
 
-    /// Locates the first line of the batch that fails on its own, to report `e` there.
+    /// Locates the first line of the batch that fails on its own, and in it the first
+    /// column that fails on its own, to report `e` there.
     fn locate(&self, e: ArrowError) -> ConvertError {
-        for (line, range) in &self.rows {
-            let Ok(mut decoder) = decoder(&self.decode_schema, 1) else {
-                break;
-            };
-            if let Err(e) = decoder
-                .decode(&self.buf[range.clone()])
-                .and_then(|_| decoder.flush())
-            {
-                return self.error(Some(*line), e);
-            }
+        let Some((line, bytes, e)) = self.rows.iter().find_map(|(line, range)| {
+            let bytes = &self.buf[range.clone()];
+            Some((*line, bytes, decode_line(&self.decode_schema, bytes).err()?))
+        }) else {
+            return ConvertError::parse(None, None, arrow_message(e));
+        };
+        // A line that fails without any column is not an object at all.
+        if decode_line(&Schema::empty(), bytes).is_err() {
+            let message = format!("not a JSON object: {}", arrow_message(e));
+            return ConvertError::parse(Some(line), None, message);
         }
-        self.error(None, e)
-    }
-
-    /// `e` at `line`, with the column it names if any.
-    fn error(&self, line: Option<u64>, e: ArrowError) -> ConvertError {
-        let message = arrow_message(e);
-        // arrow-json prefixes failures inside a column with "whilst decoding field 'NAME': "
-        let column = self.schema.fields().iter().find_map(|f| {
-            let rest = message.strip_prefix(&format!("whilst decoding field '{}': ", f.name()))?;
-            Some((f.name(), rest))
+        let column = self.decode_schema.fields().iter().find_map(|field| {
+            let alone = Schema::new(vec![field.clone()]);
+            Some((field.name(), decode_line(&alone, bytes).err()?))
         });
         match column {
-            Some((name, rest)) => ConvertError::parse(line, Some(name), rest),
-            None => ConvertError::parse(line, None, message),
+            Some((name, e)) => {
+                let message = arrow_message(e);
+                // arrow-json prefixes some failures with "whilst decoding field 'NAME': "
+                let prefix = format!("whilst decoding field '{name}': ");
+                let message = message.strip_prefix(&prefix).unwrap_or(&message);
+                ConvertError::parse(Some(line), Some(name), message)
+            }
+            None => ConvertError::parse(Some(line), None, arrow_message(e)),
         }
     }
 }
@@ -139,8 +140,109 @@ impl<R: BufRead> Batches for JsonBatches<R> {
 }
 
 /// An arrow-json decoder of objects with `schema`'s fields, `batch_rows` at a time.
-fn decoder(schema: &SchemaRef, batch_rows: usize) -> Result<Decoder, ArrowError> {
-    ReaderBuilder::new(schema.clone())
+fn decoder(schema: &Schema, batch_rows: usize) -> Result<Decoder, ArrowError> {
+    ReaderBuilder::new(Arc::new(schema.clone()))
         .with_batch_size(batch_rows)
         .build_decoder()
+}
+
+/// Decodes one line against `schema`, for diagnosis.
+fn decode_line(schema: &Schema, line: &[u8]) -> Result<(), ArrowError> {
+    let mut decoder = decoder(schema, 1)?;
+    decoder.decode(line)?;
+    decoder.flush().map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testutil::*;
+    use super::super::{ConvertError, convert};
+
+    const AB: &str =
+        r#"[{"name":"a","type":"int32","nullable":false},{"name":"b","type":"decimal(12,2)"}]"#;
+
+    #[test]
+    fn blank_lines_unknown_keys_and_missing_keys() {
+        let input =
+            "\n{\"a\":1,\"b\":\"1.5\",\"extra\":[1,{}]}\r\n   \n{\"a\":2}\n{\"b\":null,\"a\":3}";
+        let (stats, parquet) = run(input, &json_spec(AB));
+        assert_eq!(parquet.rows, text_rows(&["1|1.50", "2|∅", "3|∅"]));
+        assert_eq!(stats.rows, 3);
+    }
+
+    #[test]
+    fn a_line_that_is_not_an_object() {
+        let err = parse_error("{\"a\":1}\n[1,2]\n{\"a\":3}\n", &json_spec(AB));
+        assert_eq!(err, "line 2: not a JSON object: expected { got [1, 2]");
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_line_and_column() {
+        let mut spec = json_spec(AB);
+        spec.batch_rows = 3;
+        let lines: Vec<String> = (1..=8)
+            .map(|i| format!("{{\"a\":{i},\"b\":{i}.5}}"))
+            .collect();
+        let mut input = lines.join("\n\n");
+        input.push_str("\n{\"a\":9,\"b\":\"nine\"}\n");
+        let err = parse_error(&input, &spec);
+        assert_eq!(
+            err,
+            r#"line 16: column "b": Invalid decimal format: "nine""#
+        );
+        let err = parse_error("{\"a\":1}\n{\"b\":1,\"a\":\"x\"}\n", &spec);
+        assert_eq!(err, r#"line 2: column "a": failed to parse "x" as Int32"#);
+    }
+
+    #[test]
+    fn a_missing_non_nullable_value_names_line_and_column() {
+        for input in ["{\"a\":1}\n{\"b\":1}\n", "{\"a\":1}\n{\"a\":null}\n"] {
+            assert_eq!(
+                parse_error(input, &json_spec(AB)),
+                r#"line 2: column "a": missing value in a non-nullable column"#
+            );
+        }
+    }
+
+    #[test]
+    fn each_line_must_hold_exactly_one_value() {
+        for (input, line) in [
+            ("{\"a\":1}\n{\"a\":2} {\"a\":3}\n", 2),
+            ("{\"a\":1}\n{\"a\":\n2}\n", 2),
+            ("{\"a\":1}\n{\"a\":2", 2),
+        ] {
+            assert_eq!(
+                parse_error(input, &json_spec(AB)),
+                format!("line {line}: expected exactly one JSON value on the line"),
+                "{input:?}"
+            );
+        }
+        let err = parse_error("{\"a\":1}\n{\"a\" 2}\n", &json_spec(AB));
+        assert!(err.starts_with("line 2: "), "{err}");
+    }
+
+    #[test]
+    fn invalid_utf8_is_a_parse_error() {
+        let err = parse_error(b"{\"a\":1}\n{\"a\":2,\"b\":\"\xff\"}\n", &json_spec(AB));
+        assert!(err.starts_with("line 2: "), "{err}");
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for input in [
+            &b"\0\0"[..],
+            b"]]]",
+            b"{{{{{{{{",
+            b"\"",
+            b"{\"a\":1e999999}",
+            b"nul",
+            b"\xef\xbb",
+        ] {
+            let err = convert(input, &json_spec(AB), Vec::new()).unwrap_err();
+            assert!(
+                matches!(err, ConvertError::Parse { line: Some(1), .. }),
+                "{input:?}: {err:?}"
+            );
+        }
+    }
 }

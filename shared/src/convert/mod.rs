@@ -13,6 +13,8 @@ mod csv;
 mod input;
 mod json;
 mod stats;
+#[cfg(test)]
+mod testutil;
 
 use std::collections::HashSet;
 use std::fmt;
@@ -206,7 +208,8 @@ fn location(line: &Option<u64>, column: &Option<String>) -> String {
 impl From<std::io::Error> for ConvertError {
     /// Unwraps the classified errors that [`input`] sends through `io::Read`.
     fn from(e: std::io::Error) -> Self {
-        e.downcast::<ConvertError>().unwrap_or_else(ConvertError::Io)
+        e.downcast::<ConvertError>()
+            .unwrap_or_else(ConvertError::Io)
     }
 }
 
@@ -277,8 +280,14 @@ trait Batches {
 /// counts. A zero-row input still gives a valid Parquet file with the full schema.
 /// On error, `output` holds an incomplete file and must be discarded.
 ///
+/// # Errors
+///
+/// [`ConvertError::InvalidSpec`] before any input is read; [`ConvertError::Parse`],
+/// [`ConvertError::Decompress`], [`ConvertError::TooLarge`] or [`ConvertError::Io`] for
+/// the input; [`ConvertError::Encode`] for the output.
+///
 /// ```
-#[doc = concat!("use ", env!("CARGO_CRATE_NAME"), "::{convert::*, schema::*};")]
+/// use tidemark::{convert::*, schema::*};
 ///
 /// let columns: Vec<ColumnSpec> = serde_json::from_str(
 ///     r#"[{"name": "id", "type": "int64", "nullable": false},
@@ -309,7 +318,8 @@ pub fn convert<R: Read, W: Write + Send>(
             "batch_rows and row_group_rows must be positive",
         ));
     }
-    let level = ZstdLevel::try_new(spec.zstd_level).map_err(|e| ConvertError::invalid_spec(e.to_string()))?;
+    let level = ZstdLevel::try_new(spec.zstd_level)
+        .map_err(|e| ConvertError::invalid_spec(format!("zstd_level {}: {e}", spec.zstd_level)))?;
     let properties = WriterProperties::builder()
         .set_compression(parquet::basic::Compression::ZSTD(level))
         .set_max_row_group_row_count(Some(spec.row_group_rows))
@@ -331,7 +341,6 @@ pub fn convert<R: Read, W: Write + Send>(
         sums.add(&batch)?;
         writer.write(&batch)?;
     }
-    drop(batches);
     let metadata = writer.close()?;
     Ok(ConvertStats {
         rows,
@@ -353,7 +362,10 @@ fn column_types(schema: &Schema) -> Result<Vec<ColumnType>, ConvertError> {
         .iter()
         .map(|f| {
             if !names.insert(f.name()) {
-                return Err(ConvertError::invalid_spec(format!("duplicate column {:?}", f.name())));
+                return Err(ConvertError::invalid_spec(format!(
+                    "duplicate column {:?}",
+                    f.name()
+                )));
             }
             ColumnType::from_arrow(f.data_type()).ok_or_else(|| {
                 ConvertError::invalid_spec(format!(
@@ -364,4 +376,365 @@ fn column_types(schema: &Schema) -> Result<Vec<ColumnType>, ConvertError> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{self, Read, Write};
+
+    use super::testutil::*;
+    use super::*;
+
+    #[test]
+    fn csv_of_every_type_round_trips() {
+        let spec = csv_spec(ALL_TYPES);
+        let (stats, parquet) = run(ALL_TYPES_CSV, &spec);
+        assert_eq!(parquet.rows, all_types_rows());
+        assert_eq!(stats.rows, 3);
+        assert_eq!(stats.row_groups, 1);
+        assert_eq!(stats.bytes_read, ALL_TYPES_CSV.len() as u64);
+        assert_eq!(stats.bytes_decoded, ALL_TYPES_CSV.len() as u64);
+        assert!(!parquet.schema.field(0).is_nullable(), "id stays required");
+    }
+
+    #[test]
+    fn json_lines_give_the_same_rows_and_sums_as_csv() {
+        let sum_columns: Vec<String> = ["id", "qty", "price", "ratio", "weight"]
+            .map(String::from)
+            .into();
+        let mut csv = csv_spec(ALL_TYPES);
+        csv.sum_columns = sum_columns.clone();
+        let mut json = json_spec(ALL_TYPES);
+        json.sum_columns = sum_columns;
+        let (csv_stats, csv_file) = run(ALL_TYPES_CSV, &csv);
+        let (json_stats, json_file) = run(ALL_TYPES_JSONL, &json);
+        assert_eq!(json_file.rows, csv_file.rows);
+        assert_eq!(json_stats.sums, csv_stats.sums);
+        let sums: Vec<String> = csv_stats.sums.values().map(ToString::to_string).collect();
+        // BTreeMap order: id, price, qty, ratio, weight
+        assert_eq!(sums, ["6", "-12.00", "7", "1000.5", "3.75"]);
+    }
+
+    #[test]
+    fn sums_are_exact_and_typed() {
+        let mut spec = csv_spec(
+            r#"[{"name":"a","type":"decimal(12,2)"},{"name":"b","type":"int64"},{"name":"c","type":"float64"}]"#,
+        );
+        spec.sum_columns = vec!["a".into(), "b".into(), "c".into(), "a".into()];
+        let (stats, _) = run(
+            "a,b,c\n0.10,9223372036854775807,0.1\n0.20,9223372036854775807,0.2\n,,\n",
+            &spec,
+        );
+        assert_eq!(
+            stats.sums["a"],
+            SumValue::Decimal {
+                unscaled: 30,
+                scale: 2
+            }
+        );
+        assert_eq!(stats.sums["a"].to_string(), "0.30");
+        assert_eq!(stats.sums["b"].to_string(), "18446744073709551614");
+        assert_eq!(stats.sums["c"], SumValue::Float(0.1 + 0.2));
+        let json = serde_json::to_value(&stats).unwrap();
+        assert_eq!(
+            json["sums"],
+            serde_json::json!({"a": "0.30", "b": "18446744073709551614", "c": "0.30000000000000004"})
+        );
+    }
+
+    #[test]
+    fn zero_rows_give_a_valid_file_with_the_schema() {
+        let mut csv = csv_spec(ALL_TYPES);
+        csv.sum_columns = vec!["price".into()];
+        let (stats, parquet) = run(ALL_TYPES_CSV.lines().next().unwrap(), &csv);
+        assert_eq!(
+            (stats.rows, stats.row_groups, parquet.rows.len()),
+            (0, 0, 0)
+        );
+        assert_eq!(stats.sums["price"].to_string(), "0.00");
+        for input in ["", "\n\n"] {
+            let (stats, parquet) = run(input, &json_spec(ALL_TYPES));
+            assert_eq!((stats.rows, parquet.rows.len()), (0, 0));
+            assert_eq!(parquet.schema.fields().len(), 9);
+        }
+        let (stats, _) = run("", &csv);
+        assert_eq!(stats.rows, 0, "not even a header");
+    }
+
+    #[test]
+    fn gzip_and_zstd_inputs() {
+        let mut spec = csv_spec(ALL_TYPES);
+        for (compression, bytes) in [
+            (Compression::Gzip, gzip(ALL_TYPES_CSV.as_bytes())),
+            (Compression::Zstd, zstd(ALL_TYPES_CSV.as_bytes())),
+        ] {
+            spec.compression = compression;
+            let (stats, parquet) = run(&bytes, &spec);
+            assert_eq!(parquet.rows, all_types_rows(), "{compression}");
+            assert_eq!(stats.bytes_read, bytes.len() as u64);
+            assert_eq!(stats.bytes_decoded, ALL_TYPES_CSV.len() as u64);
+        }
+    }
+
+    #[test]
+    fn multi_member_gzip_is_read_to_the_end() {
+        let (header, body) = ALL_TYPES_CSV.split_once('\n').unwrap();
+        let mut spec = csv_spec(ALL_TYPES);
+        spec.compression = Compression::Gzip;
+        let input = [
+            gzip(format!("{header}\n").as_bytes()),
+            gzip(body.as_bytes()),
+            gzip(body.as_bytes()),
+        ]
+        .concat();
+        let (stats, parquet) = run(&input, &spec);
+        assert_eq!(stats.rows, 6);
+        assert_eq!(parquet.rows[3..], all_types_rows()[..]);
+    }
+
+    #[test]
+    fn corrupt_compressed_input_is_a_decompression_error() {
+        let gz = gzip(ALL_TYPES_CSV.as_bytes());
+        let zst = zstd(ALL_TYPES_CSV.as_bytes());
+        let mut spec = csv_spec(ALL_TYPES);
+        for (compression, input) in [
+            (Compression::Gzip, &gz[..gz.len() - 10]),
+            (Compression::Gzip, &gz[..gz.len() / 2]),
+            (Compression::Gzip, ALL_TYPES_CSV.as_bytes()),
+            (Compression::Zstd, &zst[..zst.len() - 3]),
+            (Compression::Zstd, ALL_TYPES_CSV.as_bytes()),
+        ] {
+            spec.compression = compression;
+            let err = fail(input, &spec);
+            assert!(
+                matches!(err, ConvertError::Decompress { .. }),
+                "{compression}: {err:?}"
+            );
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("cannot decompress input: {compression}: ")),
+                "{err}"
+            );
+        }
+    }
+
+    /// Yields `data`, then fails.
+    struct Failing<'a>(&'a [u8]);
+
+    impl Read for Failing<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            match self.0.read(buf)? {
+                0 => Err(io::Error::new(
+                    io::ErrorKind::ConnectionReset,
+                    "connection reset",
+                )),
+                n => Ok(n),
+            }
+        }
+    }
+
+    #[test]
+    fn a_failing_source_is_an_io_error_even_under_a_decompressor() {
+        let gz = gzip(ALL_TYPES_CSV.as_bytes());
+        for (compression, input) in [
+            (Compression::None, ALL_TYPES_CSV.as_bytes()),
+            (Compression::Gzip, &gz[..20]),
+        ] {
+            let mut spec = csv_spec(ALL_TYPES);
+            spec.compression = compression;
+            let err = convert(Failing(input), &spec, Vec::new()).unwrap_err();
+            match err {
+                ConvertError::Io(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionReset),
+                e => panic!("{compression}: {e:?}"),
+            }
+        }
+    }
+
+    /// A gzip member of `MIB` MiB of zeros, compressed once and streamed as often as
+    /// asked: a bomb of any size in little memory.
+    struct Bomb {
+        member: Vec<u8>,
+        left: usize,
+        at: usize,
+    }
+
+    const MIB: usize = 1 << 20;
+
+    impl Bomb {
+        fn new(mib: usize) -> Self {
+            Self {
+                member: gzip(&vec![0; MIB]),
+                left: mib,
+                at: 0,
+            }
+        }
+    }
+
+    impl Read for Bomb {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.at == self.member.len() {
+                if self.left == 0 {
+                    return Ok(0);
+                }
+                (self.left, self.at) = (self.left - 1, 0);
+            }
+            let n = (&self.member[self.at..]).read(buf)?;
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_gzip_bomb_is_stopped_at_the_limit() {
+        let mut spec = csv_spec(ALL_TYPES);
+        spec.compression = Compression::Gzip;
+        spec.max_decoded_bytes = Some(10 * MIB as u64);
+        let err = convert(Bomb::new(1024), &spec, Vec::new()).unwrap_err();
+        assert!(
+            matches!(err, ConvertError::TooLarge { limit } if limit == 10 * MIB as u64),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "decompressed input exceeds the limit of 10485760 bytes"
+        );
+
+        let mut spec = json_spec(ALL_TYPES);
+        spec.max_decoded_bytes = Some(ALL_TYPES_JSONL.len() as u64 - 1);
+        assert!(matches!(
+            fail(ALL_TYPES_JSONL, &spec),
+            ConvertError::TooLarge { .. }
+        ));
+        spec.max_decoded_bytes = Some(ALL_TYPES_JSONL.len() as u64);
+        assert_eq!(
+            run(ALL_TYPES_JSONL, &spec).0.rows,
+            3,
+            "the limit itself is allowed"
+        );
+    }
+
+    #[test]
+    fn rows_are_split_into_row_groups() {
+        let mut spec = csv_spec(r#"[{"name":"n","type":"int32","nullable":false}]"#);
+        spec.row_group_rows = 5000;
+        spec.sum_columns = vec!["n".into()];
+        let input: String = (0..20_000).map(|i| format!("{i}\n")).collect();
+        let (stats, parquet) = run(format!("n\n{input}"), &spec);
+        assert_eq!((stats.rows, stats.row_groups), (20_000, 4));
+        assert_eq!(stats.sums["n"], SumValue::Int(19_999 * 20_000 / 2));
+        assert_eq!(parquet.rows[12_345], ["12345"]);
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped() {
+        let (stats, parquet) = run(format!("\u{feff}{ALL_TYPES_CSV}"), &csv_spec(ALL_TYPES));
+        assert_eq!(parquet.rows, all_types_rows());
+        assert_eq!(stats.bytes_decoded, ALL_TYPES_CSV.len() as u64 + 3);
+        let (_, parquet) = run(format!("\u{feff}{ALL_TYPES_JSONL}"), &json_spec(ALL_TYPES));
+        assert_eq!(parquet.rows, all_types_rows());
+        let mut spec = csv_spec(ALL_TYPES);
+        spec.compression = Compression::Gzip;
+        let (_, parquet) = run(gzip(format!("\u{feff}{ALL_TYPES_CSV}").as_bytes()), &spec);
+        assert_eq!(parquet.rows, all_types_rows());
+    }
+
+    #[test]
+    fn unusable_specs_are_rejected() {
+        let with = |change: fn(&mut ConvertSpec)| {
+            let mut spec = csv_spec(ALL_TYPES);
+            change(&mut spec);
+            match fail(ALL_TYPES_CSV, &spec) {
+                ConvertError::InvalidSpec { message } => message,
+                e => panic!("{e:?}"),
+            }
+        };
+        assert!(
+            with(|s| s.sum_columns = vec!["nope".into()]).contains("\"nope\" is not in the schema")
+        );
+        assert!(
+            with(|s| s.sum_columns = vec!["day".into()]).contains("date, which cannot be summed")
+        );
+        assert!(with(|s| s.batch_rows = 0).contains("positive"));
+        assert!(with(|s| s.row_group_rows = 0).contains("positive"));
+        assert!(with(|s| s.zstd_level = 99).contains("99"));
+        let unsupported = |s: &mut ConvertSpec| {
+            s.schema = Arc::new(Schema::new(vec![arrow_schema::Field::new(
+                "x",
+                arrow_schema::DataType::UInt8,
+                true,
+            )]))
+        };
+        assert!(with(unsupported).contains("unsupported type UInt8"));
+        assert!(with(|s| s.schema = Arc::new(Schema::empty())).contains("no columns"));
+        let duplicate = |s: &mut ConvertSpec| {
+            s.schema = schema(r#"[{"name":"a","type":"int32"},{"name":"a","type":"int32"}]"#)
+        };
+        assert!(with(duplicate).contains("duplicate column \"a\""));
+    }
+
+    #[test]
+    fn random_bytes_never_panic() {
+        const ALPHABET: &[u8] = b",;\"\\\n\r{}[]:.-+e019aZ \xff\xef\xbb\xbf\0";
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..3000 {
+            let len = (next() % 120) as usize;
+            let input: Vec<u8> = (0..len)
+                .map(|_| ALPHABET[next() as usize % ALPHABET.len()])
+                .collect();
+            let mut spec = match round % 3 {
+                0 => csv_spec(ALL_TYPES),
+                1 => json_spec(ALL_TYPES),
+                _ => csv_spec(r#"[{"name":"s","type":"string","nullable":false}]"#),
+            };
+            spec.batch_rows = 1 + round % 4;
+            spec.empty_strings = if round % 2 == 0 {
+                EmptyStrings::Empty
+            } else {
+                EmptyStrings::Null
+            };
+            if let Ok(stats) = convert(&input[..], &spec, Vec::new()) {
+                assert_eq!(stats.bytes_decoded, len as u64);
+            }
+            spec.compression = Compression::Gzip;
+            assert!(convert(&input[..], &spec, Vec::new()).is_err() || input.is_empty());
+        }
+    }
+
+    #[test]
+    fn serde_spellings() {
+        assert_eq!(
+            serde_json::to_string(&Compression::Zstd).unwrap(),
+            r#""zstd""#
+        );
+        assert_eq!(
+            serde_json::from_str::<Compression>(r#""gzip""#).unwrap(),
+            Compression::Gzip
+        );
+        assert_eq!(
+            serde_json::from_str::<EmptyStrings>(r#""empty""#).unwrap(),
+            EmptyStrings::Empty
+        );
+    }
+
+    #[test]
+    fn the_parquet_output_fails_as_an_encode_error() {
+        struct Full;
+        impl Write for Full {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::Error::new(io::ErrorKind::StorageFull, "disk full"))
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let err = convert(ALL_TYPES_CSV.as_bytes(), &csv_spec(ALL_TYPES), Full).unwrap_err();
+        assert!(matches!(err, ConvertError::Encode { .. }), "{err:?}");
+        assert!(err.to_string().contains("disk full"), "{err}");
+    }
 }

@@ -70,6 +70,61 @@ fn invalid(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
 pub struct ConfigDoc {
     /// The sources served by this deployment.
     pub sources: Vec<SourceDoc>,
+    /// Where reconciliation reports go (JSON and HTML); none: reports are only returned.
+    #[serde(default)]
+    pub reports: Option<ReportsDoc>,
+}
+
+/// Where reconciliation reports are written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportsDoc {
+    /// Bucket of the reports.
+    pub bucket: String,
+    /// Prefix of the reports (may be empty).
+    #[serde(default)]
+    pub prefix: String,
+}
+
+/// How a source is reconciled.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileDoc {
+    /// Objects modified in the last `grace_minutes` are left to their events (default 15).
+    #[serde(default = "default_grace")]
+    pub grace_minutes: u32,
+    /// Longest window one scheduled run closes (default 1440: a day).
+    #[serde(default = "default_window")]
+    pub max_window_minutes: u32,
+    /// Date-partitioned keys: a template below the source prefix with `{yyyy}`, `{mm}`,
+    /// `{dd}` (and optionally `{hh}`), e.g. `"{yyyy}/{mm}/{dd}/"`. A window then lists only
+    /// the prefixes of its days (or hours), never the whole source.
+    #[serde(default)]
+    pub date_prefix: Option<String>,
+    /// Relative tolerance for float sums (default 1e-9); integers and decimals are exact.
+    #[serde(default = "default_tolerance")]
+    pub float_tolerance: f64,
+}
+
+fn default_grace() -> u32 {
+    15
+}
+fn default_window() -> u32 {
+    1440
+}
+fn default_tolerance() -> f64 {
+    1e-9
+}
+
+impl Default for ReconcileDoc {
+    fn default() -> Self {
+        Self {
+            grace_minutes: default_grace(),
+            max_window_minutes: default_window(),
+            date_prefix: None,
+            float_tolerance: default_tolerance(),
+        }
+    }
 }
 
 /// Input format of a source.
@@ -173,18 +228,46 @@ pub enum OnDelete {
     Keep,
 }
 
-/// Glue's job-bookmark modes.
+/// Glue's job-bookmark modes (see `process::Pipeline::process`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Process what is new and advance the ledger.
     #[default]
     Enable,
-    /// Process nothing new; events are acknowledged and left for a later run (reconcile or
-    /// backfill) once enabled again.
+    /// Process what is new (versions the ledger has not committed) into their outputs, without
+    /// advancing the ledger: the same objects are new again next time (Glue's
+    /// `job-bookmark-pause`).
     Pause,
-    /// Ignore the source entirely.
+    /// Process every object into its output, ledger untouched (Glue's
+    /// `job-bookmark-disable`).
     Disable,
+}
+
+impl Mode {
+    /// The name used in the document and by the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enable => "enable",
+            Mode::Pause => "pause",
+            Mode::Disable => "disable",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "enable" => Ok(Mode::Enable),
+            "pause" => Ok(Mode::Pause),
+            "disable" => Ok(Mode::Disable),
+            other => Err(format!(
+                "unknown mode {other:?}: expected enable, pause or disable"
+            )),
+        }
+    }
 }
 
 /// One source, as written in the document.
@@ -238,6 +321,9 @@ pub struct SourceDoc {
     /// default 64 GiB).
     #[serde(default)]
     pub max_decoded_bytes: Option<u64>,
+    /// Reconciliation settings.
+    #[serde(default)]
+    pub reconcile: ReconcileDoc,
 }
 
 fn default_attempts() -> u32 {
@@ -273,6 +359,8 @@ pub struct Source {
 pub struct Config {
     /// The sources, in document order.
     pub sources: Vec<Source>,
+    /// Where reconciliation reports go.
+    pub reports: Option<ReportsDoc>,
 }
 
 impl Config {
@@ -329,7 +417,10 @@ impl Config {
                 Source::new(s, &format!("sources[{i}]"))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { sources })
+        Ok(Self {
+            sources,
+            reports: doc.reports,
+        })
     }
 
     /// The sources that claim `bucket/key`, in document order.
@@ -422,6 +513,21 @@ impl Source {
                     ));
                 }
                 Some(_) => {}
+            }
+        }
+        if let Some(t) = &doc.reconcile.date_prefix {
+            let known = t
+                .replace("{yyyy}", "")
+                .replace("{mm}", "")
+                .replace("{dd}", "")
+                .replace("{hh}", "");
+            if known.contains('{') || known.contains('}') || !t.contains("{yyyy}") {
+                return Err(invalid(
+                    format!("{at}.reconcile.date_prefix"),
+                    format!(
+                        "{t:?}: use {{yyyy}}, {{mm}}, {{dd}} and {{hh}}, starting with {{yyyy}}"
+                    ),
+                ));
             }
         }
         if doc.max_attempts == 0 {

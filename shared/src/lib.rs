@@ -16,9 +16,12 @@
 //! - [`schema`], [`convert`]: CSV / JSON Lines (plain, gzip, zstd) → Parquet, rows and sums.
 //! - [`process`]: the per-object path every capability shares.
 //! - [`ingest`]: the ingest handler (the Lambda's body, also runnable in-process).
+//! - [`reconcile`], [`backfill`]: find and repair what was missed; bounded, resumable backfills
+//!   and replays — all through the same per-object path.
 //! - [`telemetry`]: logging set-up shared by the binaries.
 
 pub mod aws;
+pub mod backfill;
 pub mod config;
 pub mod convert;
 pub mod error;
@@ -29,6 +32,7 @@ pub mod model;
 pub mod ports;
 pub mod process;
 pub mod protocol;
+pub mod reconcile;
 pub mod schema;
 pub mod telemetry;
 

@@ -232,3 +232,22 @@ impl Record {
         }
     }
 }
+
+/// One operator action, as the audit log keeps it: every CLI command that changes state
+/// (`run`, `rewind`, `reset`, `mark-processed`, `forget`, `mode`, `replay`) writes one entry
+/// per source it touched.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// When (ms since the epoch).
+    pub at: i64,
+    /// The source acted on.
+    pub source_id: String,
+    /// The command (`rewind`, `reset`, …).
+    pub command: String,
+    /// Its arguments, and for bulk commands the keys affected (capped).
+    pub args: serde_json::Value,
+    /// How many objects (or records) it affected.
+    pub affected: u64,
+    /// Who ran it: `$USER`, or `unknown`.
+    pub operator: String,
+}

@@ -14,8 +14,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tokio::io::AsyncRead;
 
+use crate::config::Mode;
 use crate::error::{LedgerError, StoreError};
-use crate::model::Record;
+use crate::model::{AuditEntry, Record};
 
 /// What the store knows of one object.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +162,26 @@ pub trait ObjectStore: Send + Sync {
         prefix: &str,
         page_token: Option<&str>,
     ) -> Result<ListPage, StoreError>;
+
+    /// The first page of the objects under `prefix` whose keys sort after `start_after`;
+    /// further pages with [`ObjectStore::list`] and the page's token. The default lists from
+    /// the start and skips; stores that can start there (S3's `StartAfter`) override it.
+    async fn list_after(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: &str,
+    ) -> Result<ListPage, StoreError> {
+        let mut token: Option<String> = None;
+        loop {
+            let mut page = self.list(bucket, prefix, token.as_deref()).await?;
+            page.objects.retain(|o| o.key.as_str() > start_after);
+            if !page.objects.is_empty() || page.next.is_none() {
+                return Ok(page);
+            }
+            token = page.next;
+        }
+    }
 }
 
 /// The answer to a conditional ledger write.
@@ -186,6 +207,41 @@ pub trait Ledger: Send + Sync {
     /// Replace the record only if its stored revision is `expected_rev`.
     async fn replace(&self, record: &Record, expected_rev: u64)
     -> Result<LedgerWrite, LedgerError>;
+
+    /// Delete the record of `(source_id, key)` only if its stored revision is `expected_rev`
+    /// (the operator's rewind, reset and forget). A conflict carries the record as it is now
+    /// (`None`: there is none), as for [`Ledger::replace`].
+    async fn delete(
+        &self,
+        source_id: &str,
+        key: &str,
+        expected_rev: u64,
+    ) -> Result<LedgerWrite, LedgerError>;
+
+    /// Every record of a source, ordered by key. For operator commands (status, rewind,
+    /// reset) and the CLI's `run`, never the per-event path. On DynamoDB this reads a global
+    /// secondary index, which is eventually consistent: a write of the last second may be
+    /// missing or stale. Callers that act on a record make their write conditional on the
+    /// revision they read, so a stale read costs a conflict, never a lost update.
+    async fn list(&self, source_id: &str) -> Result<Vec<Record>, LedgerError>;
+
+    /// Append an entry to the audit log.
+    async fn audit(&self, entry: &AuditEntry) -> Result<(), LedgerError>;
+
+    /// The audit log, of one source or of all, oldest first.
+    async fn audit_log(&self, source_id: Option<&str>) -> Result<Vec<AuditEntry>, LedgerError>;
+
+    /// The operator's mode override of a source (`tidemark mode`), if one was set. Read by the
+    /// CLI; the Lambdas take the mode from their configuration document only.
+    async fn source_mode(&self, source_id: &str) -> Result<Option<Mode>, LedgerError>;
+
+    /// Set the operator's mode override of a source.
+    async fn set_source_mode(
+        &self,
+        source_id: &str,
+        mode: Mode,
+        at: i64,
+    ) -> Result<(), LedgerError>;
 }
 
 /// Wall-clock time, injected so leases and lag are testable.

@@ -207,6 +207,16 @@ enum Work {
     Release(String),
 }
 
+/// How a claim is taken.
+#[derive(Clone, Copy)]
+struct ClaimOptions {
+    /// Attempts before quarantine.
+    max_attempts: u32,
+    /// Record a newer target on another worker's live claim (the event path); otherwise
+    /// leave the record alone and report the key in flight.
+    defer: bool,
+}
+
 impl Pipeline {
     /// A pipeline with default settings and no fault injection.
     pub fn new(
@@ -370,6 +380,74 @@ impl Pipeline {
         }
     }
 
+    /// Record `version` of `key` as committed WITHOUT processing it: the operator's "set the
+    /// bookmark" (`tidemark mark-processed`). It is a claim and a commit of the protocol, each
+    /// a conditional write, so a race with a worker stays safe: a key another worker holds is
+    /// left alone (`Skipped(InFlight)`), a version already committed is a duplicate, and when
+    /// the ledger knows a newer version than `version` the claim is released
+    /// (`NotCurrent`). Quarantine does not stop it: marking a poisoned version processed is
+    /// how an operator moves past it.
+    ///
+    /// The commit has rows 0, no sums and no outputs, and the run id of `ctx`. The lake is not
+    /// touched: an output of an older version of the key stays where it is (`tidemark reset
+    /// --purge-outputs` removes it).
+    pub async fn mark_processed(
+        &self,
+        source: &Source,
+        key: &str,
+        version: VersionRef,
+        ctx: &RunContext,
+    ) -> Result<Outcome> {
+        let max = source.doc.max_attempts;
+        let wanted = Target::Version(version.clone());
+        let opts = ClaimOptions {
+            max_attempts: u32::MAX,
+            defer: false,
+        };
+        let (record, claimed, token) = match self
+            .claim_with(source, key, wanted.clone(), ctx, opts)
+            .await?
+        {
+            Claimed::Done(outcome) => return Ok(outcome),
+            Claimed::Ours {
+                record,
+                target,
+                token,
+            } => (*record, target, token),
+        };
+        let now = self.clock.now_ms();
+        if !claimed.same_as(&wanted) {
+            let note = format!(
+                "mark-processed of version {} yielded to the newer {}",
+                version.version,
+                claimed.label()
+            );
+            self.transition(source, key, record, |r| {
+                protocol::release(r, &token, &note, now, max)
+            })
+            .await?;
+            return Ok(Outcome::NotCurrent);
+        }
+        let committed = Committed {
+            target: wanted,
+            rows: 0,
+            sums: BTreeMap::new(),
+            outputs: Vec::new(),
+            config_fp: source.fingerprint.clone(),
+            committed_at: now,
+            run_id: ctx.run_id.clone(),
+        };
+        self.transition(source, key, record, |r| {
+            protocol::commit(r, &token, committed.clone(), now, max)
+        })
+        .await?;
+        Ok(Outcome::Processed {
+            version: version.version,
+            rows: 0,
+            outputs: Vec::new(),
+        })
+    }
+
     /// Take the claim, or learn why not, in as few requests as the race allows: one create
     /// for a key never seen; on a conflict the ledger returns the current record, so each
     /// further round trip is a single conditional write.
@@ -380,6 +458,21 @@ impl Pipeline {
         target: Target,
         ctx: &RunContext,
     ) -> Result<Claimed> {
+        let opts = ClaimOptions {
+            max_attempts: source.doc.max_attempts,
+            defer: true,
+        };
+        self.claim_with(source, key, target, ctx, opts).await
+    }
+
+    async fn claim_with(
+        &self,
+        source: &Source,
+        key: &str,
+        target: Target,
+        ctx: &RunContext,
+        opts: ClaimOptions,
+    ) -> Result<Claimed> {
         let now = self.clock.now_ms();
         let req = ClaimRequest {
             source_id: source.id().to_string(),
@@ -389,7 +482,7 @@ impl Pipeline {
             run_id: ctx.run_id.clone(),
             now,
             lease_until: ctx.deadline_ms.max(now) + self.settings.lease_margin_ms,
-            max_attempts: source.doc.max_attempts,
+            max_attempts: opts.max_attempts,
         };
         let fresh = protocol::fresh_claim(&req);
         let mut current = match self.ledger.create(&fresh).await? {
@@ -407,7 +500,11 @@ impl Pipeline {
             let (record, done) = match decision {
                 Decision::Skip(skip) => return Ok(Claimed::Done(Outcome::Skipped(skip))),
                 Decision::Claim { record, target } => (record, Err(target)),
+                Decision::Defer { .. } if !opts.defer => {
+                    return Ok(Claimed::Done(Outcome::Skipped(Skip::InFlight)));
+                }
                 Decision::Defer { record } => (record, Ok(Outcome::Deferred)),
+                Decision::Settle { record, skip } => (record, Ok(Outcome::Skipped(skip))),
                 Decision::Quarantine { record } => {
                     let error = record.last_error.clone().unwrap_or_default();
                     (record, Ok(Outcome::Quarantined { error }))

@@ -33,7 +33,7 @@ impl Skip {
             Skip::Duplicate => "duplicate",
             Skip::Stale => "stale",
             Skip::InFlight => "in_flight",
-            Skip::Quarantined => "quarantined",
+            Skip::Quarantined => "skipped_quarantined",
         }
     }
 }
@@ -80,6 +80,14 @@ pub enum Decision {
     Quarantine {
         /// The record to write.
         record: Record,
+    },
+    /// Write `record` (an expired claim cleared), then report `Skip`: the work the dead
+    /// worker was doing is already committed.
+    Settle {
+        /// The record to write.
+        record: Record,
+        /// Why nothing more is done.
+        skip: Skip,
     },
     /// Nothing to write.
     Skip(Skip),
@@ -182,6 +190,27 @@ pub fn decide_claim(current: Option<&Record>, req: &ClaimRequest) -> Decision {
 
     if let Some(com) = committed {
         if com.same_as(&target) {
+            if let Some(c) = expired {
+                // The dead worker's target is committed already: clear its claim so the
+                // record does not stay stuck.
+                let mut record = r.clone();
+                record.claim = None;
+                if record
+                    .pending
+                    .as_ref()
+                    .is_some_and(|p| p.same_as(&c.target))
+                {
+                    record.pending = None;
+                }
+                if record.pending.is_none() {
+                    record.attempts = 0;
+                }
+                record.note = Some(format!("expired claim of run {} cleared", c.run_id));
+                return Decision::Settle {
+                    record: advance(record, req.now, req.max_attempts),
+                    skip: Skip::Duplicate,
+                };
+            }
             return Decision::Skip(Skip::Duplicate);
         }
         if is_older_or_equal(&target, com) {
@@ -407,6 +436,31 @@ mod tests {
         let r = committed(v("a", Some("10")));
         let d = decide_claim(Some(&r), &req(v("a", Some("10")), "t", 10));
         assert!(matches!(d, Decision::Skip(Skip::Duplicate)));
+    }
+
+    #[test]
+    fn an_expired_claim_on_the_committed_version_is_cleared_as_a_duplicate() {
+        // GIVEN a committed record whose claim for the same version was left by a dead worker.
+        let mut stuck = committed(v("a", Some("10")));
+        stuck.claim = Some(Claim {
+            token: "dead".into(),
+            target: v("a", Some("10")),
+            lease_until: 50,
+            claimed_at: 0,
+            run_id: "dead-run".into(),
+        });
+        // WHEN a claim for that version comes after the lease.
+        let d = decide_claim(Some(&stuck), &req(v("a", Some("10")), "t2", 1_000));
+        // THEN the claim is cleared and the event is a duplicate.
+        let Decision::Settle { record, skip } = d else {
+            panic!("expected settle, got {d:?}")
+        };
+        assert_eq!(skip, Skip::Duplicate);
+        assert!(record.claim.is_none());
+        assert_eq!(record.status, Status::Done);
+        // Inside the lease it stays in flight.
+        let d = decide_claim(Some(&stuck), &req(v("a", Some("10")), "t2", 10));
+        assert!(matches!(d, Decision::Skip(Skip::InFlight)), "{d:?}");
     }
 
     #[test]

@@ -24,11 +24,30 @@
 //!
 //! Conditional writes ask for `ReturnValuesOnConditionCheckFailure = ALL_OLD`, so a lost
 //! race returns the winner's item and needs no second read.
+//!
+//! # Operator items
+//! Two more kinds of item share the table. Their `pk` starts with `~`, which no source id
+//! can (`[a-z0-9_-]`), and they carry no `gsi1pk`, so they never appear in `by_source`:
+//!
+//! | `pk` | attributes | what |
+//! |------|------------|------|
+//! | `~audit/<source_id>/<at, 15 digits>/<uuid>` | `at` N, `source_id` S, `command` S, `args` S (JSON), `affected` N, `operator` S | one audit log entry |
+//! | `~source/<source_id>` | `source_id` S, `mode` S, `updated_at` N | the operator's mode override (`tidemark mode`) |
+//!
+//! The audit log is read with a Scan filtered on `begins_with(pk, "~audit/…")`: fine for an
+//! operator command that runs rarely, and it keeps the audit log off the hot path entirely.
+//!
+//! # Reading a source's records
+//! [`Ledger::list`] queries `by_source` on each of the 16 shards, following
+//! `LastEvaluatedKey`. A GSI read is eventually consistent (there is no strongly consistent
+//! read of a global secondary index): a record written in the last second may be missing or
+//! stale. Every operator write that follows is conditional on the revision it read.
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
@@ -36,8 +55,9 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::failure;
+use crate::config::Mode;
 use crate::error::{LedgerError, Retry};
-use crate::model::Record;
+use crate::model::{AuditEntry, Record};
 use crate::ports::{Ledger, LedgerWrite};
 
 /// Condition of a first write.
@@ -49,11 +69,17 @@ pub const INDEX_BY_SOURCE: &str = "by_source";
 /// Shards of the index's partition key per source.
 pub const SHARDS: u64 = 16;
 
+/// Prefix of the `pk` of audit entries.
+pub const AUDIT_PREFIX: &str = "~audit/";
+/// Prefix of the `pk` of source control items (mode overrides).
+pub const SOURCE_PREFIX: &str = "~source/";
+
 /// The ledger on a DynamoDB table.
 #[derive(Debug, Clone)]
 pub struct DynamoLedger {
     client: Client,
     table: String,
+    page_limit: Option<i32>,
 }
 
 /// The partition key of a record.
@@ -77,7 +103,15 @@ impl DynamoLedger {
         Self {
             client,
             table: table.into(),
+            page_limit: None,
         }
+    }
+
+    /// Ask for at most `limit` items per Query / Scan page (DynamoDB's default is 1 MB of
+    /// items), so tests exercise pagination with few records.
+    pub fn with_page_limit(mut self, limit: i32) -> Self {
+        self.page_limit = Some(limit);
+        self
     }
 
     /// The table name.
@@ -265,5 +299,240 @@ impl Ledger for DynamoLedger {
         expected_rev: u64,
     ) -> Result<LedgerWrite, LedgerError> {
         self.put(record, COND_REV, Some(expected_rev)).await
+    }
+
+    async fn delete(
+        &self,
+        source_id: &str,
+        key: &str,
+        expected_rev: u64,
+    ) -> Result<LedgerWrite, LedgerError> {
+        let req = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(pk(source_id, key)))
+            .condition_expression(COND_REV)
+            .expression_attribute_values(":rev", AttributeValue::N(expected_rev.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        match req.send().await {
+            Ok(_) => Ok(LedgerWrite::Written),
+            Err(e) => {
+                if let Some(DeleteItemError::ConditionalCheckFailedException(c)) =
+                    e.as_service_error()
+                {
+                    let current = c
+                        .item()
+                        .filter(|i| !i.is_empty())
+                        .map(|i| Self::from_item(source_id, key, i.clone()))
+                        .transpose()?;
+                    return Ok(LedgerWrite::Conflict(current.map(Box::new)));
+                }
+                Err(self.service_err("DeleteItem", (source_id, key), failure(&e)))
+            }
+        }
+    }
+
+    async fn list(&self, source_id: &str) -> Result<Vec<Record>, LedgerError> {
+        let mut records = Vec::new();
+        for n in 0..SHARDS {
+            let partition = format!("{source_id}#{n:02}");
+            let mut start: Option<HashMap<String, AttributeValue>> = None;
+            loop {
+                let page = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(INDEX_BY_SOURCE)
+                    .key_condition_expression("gsi1pk = :p")
+                    .expression_attribute_values(":p", AttributeValue::S(partition.clone()))
+                    .set_limit(self.page_limit)
+                    .set_exclusive_start_key(start.take())
+                    .send()
+                    .await
+                    .map_err(|e| self.service_err("Query", (source_id, ""), failure(&e)))?;
+                for item in page.items.unwrap_or_default() {
+                    let key = match item.get("key") {
+                        Some(AttributeValue::S(k)) => k.clone(),
+                        _ => String::new(),
+                    };
+                    records.push(Self::from_item(source_id, &key, item)?);
+                }
+                match page.last_evaluated_key {
+                    Some(k) if !k.is_empty() => start = Some(k),
+                    _ => break,
+                }
+            }
+        }
+        records.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(records)
+    }
+
+    async fn audit(&self, entry: &AuditEntry) -> Result<(), LedgerError> {
+        let id = format!(
+            "{AUDIT_PREFIX}{}/{:015}/{}",
+            entry.source_id,
+            entry.at.max(0),
+            uuid::Uuid::new_v4()
+        );
+        let item = HashMap::from([
+            ("pk".to_string(), AttributeValue::S(id)),
+            ("at".to_string(), AttributeValue::N(entry.at.to_string())),
+            (
+                "source_id".to_string(),
+                AttributeValue::S(entry.source_id.clone()),
+            ),
+            (
+                "command".to_string(),
+                AttributeValue::S(entry.command.clone()),
+            ),
+            (
+                "args".to_string(),
+                AttributeValue::S(entry.args.to_string()),
+            ),
+            (
+                "affected".to_string(),
+                AttributeValue::N(entry.affected.to_string()),
+            ),
+            (
+                "operator".to_string(),
+                AttributeValue::S(entry.operator.clone()),
+            ),
+        ]);
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression(COND_ABSENT)
+            .send()
+            .await
+            .map_err(|e| self.service_err("PutItem", (&entry.source_id, "(audit)"), failure(&e)))?;
+        Ok(())
+    }
+
+    async fn audit_log(&self, source_id: Option<&str>) -> Result<Vec<AuditEntry>, LedgerError> {
+        let prefix = match source_id {
+            Some(s) => format!("{AUDIT_PREFIX}{s}/"),
+            None => AUDIT_PREFIX.to_string(),
+        };
+        let sid = source_id.unwrap_or_default();
+        let mut entries = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .filter_expression("begins_with(pk, :p)")
+                .expression_attribute_values(":p", AttributeValue::S(prefix.clone()))
+                .consistent_read(true)
+                .set_limit(self.page_limit)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.service_err("Scan", (sid, "(audit)"), failure(&e)))?;
+            for item in page.items.unwrap_or_default() {
+                let pk = text(&item, "pk").unwrap_or_default();
+                let corrupt = |message: String| LedgerError::Corrupt {
+                    source_id: sid.to_string(),
+                    key: pk.clone(),
+                    message,
+                };
+                let number = |name: &str| -> Result<i64, LedgerError> {
+                    match item.get(name) {
+                        Some(AttributeValue::N(n)) => n
+                            .parse()
+                            .map_err(|_| corrupt(format!("{name} is not a number: {n}"))),
+                        _ => Err(corrupt(format!("{name} is missing"))),
+                    }
+                };
+                let field = |name: &str| {
+                    text(&item, name).ok_or_else(|| corrupt(format!("{name} is missing")))
+                };
+                entries.push((
+                    pk.clone(),
+                    AuditEntry {
+                        at: number("at")?,
+                        source_id: field("source_id")?,
+                        command: field("command")?,
+                        args: serde_json::from_str(&field("args")?)
+                            .map_err(|e| corrupt(format!("args: {e}")))?,
+                        affected: u64::try_from(number("affected")?).unwrap_or(0),
+                        operator: field("operator")?,
+                    },
+                ));
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        entries.sort_by(|(pa, a), (pb, b)| a.at.cmp(&b.at).then_with(|| pa.cmp(pb)));
+        Ok(entries.into_iter().map(|(_, e)| e).collect())
+    }
+
+    async fn source_mode(&self, source_id: &str) -> Result<Option<Mode>, LedgerError> {
+        let o = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(
+                "pk",
+                AttributeValue::S(format!("{SOURCE_PREFIX}{source_id}")),
+            )
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.service_err("GetItem", (source_id, "(mode)"), failure(&e)))?;
+        let Some(item) = o.item else {
+            return Ok(None);
+        };
+        let mode = text(&item, "mode").unwrap_or_default();
+        mode.parse()
+            .map(Some)
+            .map_err(|message| LedgerError::Corrupt {
+                source_id: source_id.to_string(),
+                key: "(mode)".into(),
+                message,
+            })
+    }
+
+    async fn set_source_mode(
+        &self,
+        source_id: &str,
+        mode: Mode,
+        at: i64,
+    ) -> Result<(), LedgerError> {
+        let item = HashMap::from([
+            (
+                "pk".to_string(),
+                AttributeValue::S(format!("{SOURCE_PREFIX}{source_id}")),
+            ),
+            (
+                "source_id".to_string(),
+                AttributeValue::S(source_id.to_string()),
+            ),
+            (
+                "mode".to_string(),
+                AttributeValue::S(mode.as_str().to_string()),
+            ),
+            ("updated_at".to_string(), AttributeValue::N(at.to_string())),
+        ]);
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| self.service_err("PutItem", (source_id, "(mode)"), failure(&e)))?;
+        Ok(())
+    }
+}
+
+/// A string attribute of an item.
+fn text(item: &HashMap<String, AttributeValue>, name: &str) -> Option<String> {
+    match item.get(name) {
+        Some(AttributeValue::S(s)) => Some(s.clone()),
+        _ => None,
     }
 }

@@ -331,20 +331,42 @@ impl ObjectStore for S3Store {
             .send()
             .await
             .map_err(|e| err("ListObjectsV2", bucket, prefix, &e))?;
-        Ok(ListPage {
-            objects: o
-                .contents()
-                .iter()
-                .map(|c| ObjectMeta {
-                    key: c.key().unwrap_or_default().to_string(),
-                    etag: c.e_tag().map(unquote).unwrap_or_default(),
-                    size: c.size().unwrap_or(0).max(0) as u64,
-                    version_id: None,
-                    last_modified: millis(c.last_modified()),
-                    metadata: BTreeMap::new(),
-                })
-                .collect(),
-            next: o.next_continuation_token().map(str::to_string),
-        })
+        Ok(list_page(&o))
+    }
+
+    async fn list_after(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        start_after: &str,
+    ) -> Result<ListPage, StoreError> {
+        let o = self
+            .client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .start_after(start_after)
+            .send()
+            .await
+            .map_err(|e| err("ListObjectsV2", bucket, prefix, &e))?;
+        Ok(list_page(&o))
+    }
+}
+
+fn list_page(o: &aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output) -> ListPage {
+    ListPage {
+        objects: o
+            .contents()
+            .iter()
+            .map(|c| ObjectMeta {
+                key: c.key().unwrap_or_default().to_string(),
+                etag: c.e_tag().map(unquote).unwrap_or_default(),
+                size: c.size().unwrap_or(0).max(0) as u64,
+                version_id: None,
+                last_modified: millis(c.last_modified()),
+                metadata: BTreeMap::new(),
+            })
+            .collect(),
+        next: o.next_continuation_token().map(str::to_string),
     }
 }

@@ -19,7 +19,18 @@
 //! `record` is the source of truth; the other columns are derived from it on every write, so
 //! a person can query the ledger with `sqlite3`:
 //! `sqlite3 ledger.db "SELECT source_id, status, count(*) FROM ledger GROUP BY 1,2"`.
-//! The schema version is `PRAGMA user_version`.
+//!
+//! # Table `audit`
+//! The operator's audit log, one row per entry ([`AuditEntry`]): `id` (INTEGER, insertion
+//! order), `at` (ms since the epoch), `source_id`, `command`, `args` (JSON), `affected`,
+//! `operator`.
+//!
+//! # Table `sources`
+//! The operator's mode override per source (`tidemark mode`): `source_id` (primary key),
+//! `mode` (enable / pause / disable), `updated_at`.
+//!
+//! The schema version is `PRAGMA user_version` (1: `ledger` only; 2: with `audit` and
+//! `sources`, added in place when a version-1 file is opened).
 //!
 //! Each write runs in a `BEGIN IMMEDIATE` transaction, which holds the database's write lock
 //! from its start: the condition (no row, or the expected `rev`) is checked, and on a lost
@@ -34,12 +45,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
+use crate::config::Mode;
 use crate::error::{LedgerError, Retry};
-use crate::model::{Record, Target};
+use crate::model::{AuditEntry, Record, Target};
 use crate::ports::{Ledger, LedgerWrite};
 
 /// The schema this code reads and writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i32 = 1;
+const SCHEMA_VERSION: i32 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ledger (
@@ -57,6 +69,21 @@ CREATE TABLE IF NOT EXISTS ledger (
     PRIMARY KEY (source_id, key)
 );
 CREATE INDEX IF NOT EXISTS ledger_by_status ON ledger (source_id, status);
+CREATE TABLE IF NOT EXISTS audit (
+    id        INTEGER PRIMARY KEY AUTOINCREMENT,
+    at        INTEGER NOT NULL,
+    source_id TEXT    NOT NULL,
+    command   TEXT    NOT NULL,
+    args      TEXT    NOT NULL,
+    affected  INTEGER NOT NULL,
+    operator  TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_by_source ON audit (source_id, at);
+CREATE TABLE IF NOT EXISTS sources (
+    source_id  TEXT    PRIMARY KEY,
+    mode       TEXT    NOT NULL,
+    updated_at INTEGER NOT NULL
+);
 ";
 
 const SELECT: &str = "SELECT record FROM ledger WHERE source_id = ?1 AND key = ?2";
@@ -202,7 +229,9 @@ impl SqliteLedger {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(sql)?;
         match version {
-            0 => {
+            // Every statement of the schema is `IF NOT EXISTS`: version 1 gains the tables
+            // of version 2 in place.
+            0 | 1 => {
                 tx.execute_batch(SCHEMA).map_err(sql)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(sql)?;
@@ -231,7 +260,7 @@ impl SqliteLedger {
     }
 
     /// Every record, of one source or of all, ordered by source and key.
-    pub async fn list(&self, source_id: Option<&str>) -> Result<Vec<Record>, LedgerError> {
+    pub async fn list_all(&self, source_id: Option<&str>) -> Result<Vec<Record>, LedgerError> {
         let source = source_id.map(str::to_owned);
         self.call("list", source_id.unwrap_or_default(), "", move |conn| {
             let sql = match source {
@@ -325,6 +354,141 @@ impl Ledger for SqliteLedger {
             }
             let current = select(&tx, &r.source_id, &r.key)?;
             Ok(LedgerWrite::Conflict(current.map(Box::new)))
+        })
+        .await
+    }
+
+    async fn delete(
+        &self,
+        source_id: &str,
+        key: &str,
+        expected_rev: u64,
+    ) -> Result<LedgerWrite, LedgerError> {
+        let (s, k) = (source_id.to_owned(), key.to_owned());
+        self.call("delete", source_id, key, move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let deleted = tx.execute(
+                "DELETE FROM ledger WHERE source_id = ?1 AND key = ?2 AND rev = ?3",
+                params![s, k, int(expected_rev)],
+            )?;
+            if deleted == 1 {
+                tx.commit()?;
+                return Ok(LedgerWrite::Written);
+            }
+            let current = select(&tx, &s, &k)?;
+            Ok(LedgerWrite::Conflict(current.map(Box::new)))
+        })
+        .await
+    }
+
+    async fn list(&self, source_id: &str) -> Result<Vec<Record>, LedgerError> {
+        self.list_all(Some(source_id)).await
+    }
+
+    async fn audit(&self, entry: &AuditEntry) -> Result<(), LedgerError> {
+        let e = entry.clone();
+        self.call("audit", &entry.source_id, "", move |conn| {
+            conn.execute(
+                "INSERT INTO audit (at, source_id, command, args, affected, operator) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    e.at,
+                    e.source_id,
+                    e.command,
+                    e.args.to_string(),
+                    int(e.affected),
+                    e.operator
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn audit_log(&self, source_id: Option<&str>) -> Result<Vec<AuditEntry>, LedgerError> {
+        let source = source_id.map(str::to_owned);
+        self.call(
+            "audit_log",
+            source_id.unwrap_or_default(),
+            "",
+            move |conn| {
+                let mut stmt = conn.prepare(
+                    "SELECT at, source_id, command, args, affected, operator FROM audit \
+                 WHERE ?1 IS NULL OR source_id = ?1 ORDER BY at, id",
+                )?;
+                let rows = stmt.query_map(params![source], |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, String>(3)?,
+                        row.get::<_, i64>(4)?,
+                        row.get::<_, String>(5)?,
+                    ))
+                })?;
+                rows.map(|row| {
+                    let (at, source_id, command, args, affected, operator) = row?;
+                    let args = serde_json::from_str(&args).map_err(|e| {
+                        Fail::Ledger(LedgerError::Corrupt {
+                            source_id: source_id.clone(),
+                            key: format!("audit entry at {at}"),
+                            message: e.to_string(),
+                        })
+                    })?;
+                    Ok(AuditEntry {
+                        at,
+                        source_id,
+                        command,
+                        args,
+                        affected: u64::try_from(affected).unwrap_or(0),
+                        operator,
+                    })
+                })
+                .collect()
+            },
+        )
+        .await
+    }
+
+    async fn source_mode(&self, source_id: &str) -> Result<Option<Mode>, LedgerError> {
+        let s = source_id.to_owned();
+        self.call("source_mode", source_id, "", move |conn| {
+            let mode: Option<String> = conn
+                .query_row(
+                    "SELECT mode FROM sources WHERE source_id = ?1",
+                    params![s],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            mode.map(|m| {
+                m.parse().map_err(|message| {
+                    Fail::Ledger(LedgerError::Corrupt {
+                        source_id: s.clone(),
+                        key: "(mode)".into(),
+                        message,
+                    })
+                })
+            })
+            .transpose()
+        })
+        .await
+    }
+
+    async fn set_source_mode(
+        &self,
+        source_id: &str,
+        mode: Mode,
+        at: i64,
+    ) -> Result<(), LedgerError> {
+        let s = source_id.to_owned();
+        self.call("set_source_mode", source_id, "", move |conn| {
+            conn.execute(
+                "INSERT INTO sources (source_id, mode, updated_at) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (source_id) DO UPDATE SET mode = excluded.mode, \
+                 updated_at = excluded.updated_at",
+                params![s, mode.as_str(), at],
+            )?;
+            Ok(())
         })
         .await
     }
@@ -438,7 +602,7 @@ mod tests {
             records.into_iter().map(|r| (r.source_id, r.key)).collect()
         };
         assert_eq!(
-            keys(ledger.list(None).await.unwrap()),
+            keys(ledger.list_all(None).await.unwrap()),
             [
                 ("clicks".into(), "a".into()),
                 ("orders".into(), "a".into()),
@@ -446,17 +610,59 @@ mod tests {
             ]
         );
         assert_eq!(
-            keys(ledger.list(Some("orders")).await.unwrap()),
+            keys(ledger.list_all(Some("orders")).await.unwrap()),
             [("orders".into(), "a".into()), ("orders".into(), "b".into())]
         );
         drop(ledger);
 
         Connection::open(&path)
             .unwrap()
-            .pragma_update(None, "user_version", 2)
+            .pragma_update(None, "user_version", 3)
             .unwrap();
         let e = SqliteLedger::open(&path).unwrap_err();
-        assert!(e.to_string().contains("schema version 2"), "{e}");
+        assert!(e.to_string().contains("schema version 3"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_version_1_file_gains_the_audit_and_sources_tables() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("ledger.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                SCHEMA
+                    .split("CREATE TABLE IF NOT EXISTS audit")
+                    .next()
+                    .unwrap(),
+            )
+            .unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+        }
+        let ledger = SqliteLedger::open(&path).unwrap();
+        ledger.create(&record("a")).await.unwrap();
+        ledger
+            .set_source_mode("orders", Mode::Pause, 9)
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.source_mode("orders").await.unwrap(),
+            Some(Mode::Pause)
+        );
+        let entry = AuditEntry {
+            at: 9,
+            source_id: "orders".into(),
+            command: "forget".into(),
+            args: serde_json::json!({"key": "a"}),
+            affected: 1,
+            operator: "ada".into(),
+        };
+        ledger.audit(&entry).await.unwrap();
+        assert_eq!(ledger.audit_log(None).await.unwrap(), [entry]);
+        let version: i32 = Connection::open(&path)
+            .unwrap()
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
     }
 
     #[tokio::test]

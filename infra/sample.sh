@@ -14,6 +14,7 @@ bash infra/localstack.sh reset
 # shellcheck disable=SC1091
 . .local/stack.env
 export TIDEMARK_CONFIG_FILE="$ROOT/infra/sample/sources.json"
+export TIDEMARK_BACKEND=aws
 
 # Land the sample files in the landing bucket; the events in infra/sample/events name them
 # with their real ETags.

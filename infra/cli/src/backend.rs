@@ -1,0 +1,155 @@
+//! Opening the backends the CLI runs on, chosen at run time: the embedded pair (a folder per
+//! bucket and a SQLite ledger under one root) or the AWS pair (S3 + DynamoDB from the AWS
+//! environment). Commands see only a [`Backend`]: the pipeline over its ports, plus the
+//! operator's mode overrides read from the ledger.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::ValueEnum;
+use tidemark::config::{Config, Mode, Source};
+use tidemark::local::{FolderStore, SqliteLedger};
+use tidemark::ports::{Clock, SystemClock};
+use tidemark::process::{Pipeline, RunContext};
+
+use crate::Error;
+
+/// Which backend pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// Folders as buckets and a SQLite ledger, under `--root`.
+    Local,
+    /// S3 and DynamoDB (any endpoint), the table named by `TIDEMARK_TABLE`.
+    Aws,
+}
+
+/// How long a CLI worker's claim is meant to last, before the lease margin: the CLI is one
+/// process, so its "invocation deadline" is simply far enough ahead for one object.
+pub const CLAIM_DEADLINE_MS: i64 = 15 * 60 * 1000;
+
+/// Where a source's effective mode comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModeOrigin {
+    /// The sources document.
+    Config,
+    /// The operator's override in the ledger (`tidemark mode`).
+    Override,
+}
+
+/// Open backends: the pipeline the commands drive.
+#[derive(Clone)]
+pub struct Backend {
+    /// The pipeline over the chosen ports (its `config` holds the sources).
+    pub pipeline: Pipeline,
+    /// A short description for summaries (`embedded: ./.tidemark`, `aws: table …`).
+    pub description: String,
+    /// The SQLite ledger file, for the embedded pair.
+    pub ledger_path: Option<PathBuf>,
+}
+
+impl Backend {
+    /// Open the backends of `kind`.
+    pub async fn open(kind: BackendKind, root: &Path, config: Arc<Config>) -> Result<Self, Error> {
+        match kind {
+            BackendKind::Local => Self::local(root, config, Arc::new(SystemClock)).await,
+            BackendKind::Aws => Self::aws(config).await,
+        }
+    }
+
+    /// The embedded pair under `root`, creating the root, the ledger and every bucket the
+    /// sources name (so a fresh root works at once: drop files into its landing folders).
+    pub async fn local(
+        root: &Path,
+        config: Arc<Config>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, Error> {
+        std::fs::create_dir_all(root)
+            .map_err(|e| format!("cannot create the root {}: {e}", root.display()))?;
+        let store = FolderStore::new(root.join("buckets"));
+        for source in &config.sources {
+            store.create_bucket(&source.doc.bucket).await?;
+            store.create_bucket(&source.doc.output.bucket).await?;
+        }
+        let ledger_path = root.join("ledger.db");
+        let ledger = SqliteLedger::open(&ledger_path)?;
+        Ok(Self {
+            pipeline: Pipeline::new(Arc::new(store), Arc::new(ledger), clock, config),
+            description: format!("embedded: {}", root.display()),
+            ledger_path: Some(ledger_path),
+        })
+    }
+
+    /// The AWS pair from the environment.
+    pub async fn aws(config: Arc<Config>) -> Result<Self, Error> {
+        let pipeline = tidemark::aws::pipeline_from_env(config).await?;
+        let table = std::env::var(tidemark::aws::ENV_TABLE).unwrap_or_default();
+        Ok(Self::from_pipeline(pipeline, format!("aws: table {table}")))
+    }
+
+    /// Backends around a pipeline built elsewhere (tests, other tools).
+    pub fn from_pipeline(pipeline: Pipeline, description: impl Into<String>) -> Self {
+        Self {
+            pipeline,
+            description: description.into(),
+            ledger_path: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.pipeline.config
+    }
+
+    /// Now, by the pipeline's clock (ms since the epoch).
+    pub fn now(&self) -> i64 {
+        self.pipeline.clock.now_ms()
+    }
+
+    /// A run context for one object of run `run_id`: its lease runs from now.
+    pub fn ctx(&self, run_id: &str) -> RunContext {
+        RunContext {
+            run_id: run_id.to_string(),
+            deadline_ms: self.now() + CLAIM_DEADLINE_MS,
+        }
+    }
+
+    /// The source `id`, which must be in the configuration.
+    pub fn source(&self, id: &str) -> Result<&Source, Error> {
+        self.config().source(id).ok_or_else(|| {
+            let known: Vec<&str> = self.config().sources.iter().map(|s| s.id()).collect();
+            format!(
+                "no source {id:?} in the configuration (sources: {})",
+                known.join(", ")
+            )
+            .into()
+        })
+    }
+
+    /// The source `id`, or every source.
+    pub fn sources(&self, id: Option<&str>) -> Result<Vec<&Source>, Error> {
+        match id {
+            Some(id) => Ok(vec![self.source(id)?]),
+            None => Ok(self.config().sources.iter().collect()),
+        }
+    }
+
+    /// The source as `run` sees it: with the operator's mode override applied.
+    pub async fn effective(&self, source: &Source) -> Result<(Source, ModeOrigin), Error> {
+        let mut effective = source.clone();
+        match self.pipeline.ledger.source_mode(source.id()).await? {
+            Some(mode) => {
+                effective.doc.mode = mode;
+                Ok((effective, ModeOrigin::Override))
+            }
+            None => Ok((effective, ModeOrigin::Config)),
+        }
+    }
+
+    /// The source with `mode` forced (replay).
+    pub fn with_mode(source: &Source, mode: Mode) -> Source {
+        let mut s = source.clone();
+        s.doc.mode = mode;
+        s
+    }
+}

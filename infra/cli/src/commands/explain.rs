@@ -1,0 +1,144 @@
+//! `explain SOURCE KEY`: the whole ledger record of one object — status, the committed
+//! version with its rows, sums and outputs, a live or expired claim, the pending version,
+//! attempts and the last error — and the audit entries that named the key (a rewind, a
+//! reset, a mark, a run that processed it).
+
+use std::process::ExitCode;
+
+use serde::Serialize;
+use tidemark::model::{AuditEntry, Record, Target};
+
+use super::audit::{args_summary, names_key};
+use super::print_json;
+use crate::backend::Backend;
+use crate::render::{when, when_ms};
+use crate::{Error, Out};
+
+/// What `explain` shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct Explanation {
+    /// The record, if the ledger has one.
+    pub record: Option<Record>,
+    /// Audit entries that named the key, oldest first.
+    pub audit: Vec<AuditEntry>,
+}
+
+/// The record of `source`/`key` and the audit entries naming it.
+pub async fn explain(backend: &Backend, source: &str, key: &str) -> Result<Explanation, Error> {
+    let ledger = &backend.pipeline.ledger;
+    let record = ledger.get(source, key).await?;
+    let audit = ledger
+        .audit_log(Some(source))
+        .await?
+        .into_iter()
+        .filter(|e| names_key(e, key))
+        .collect();
+    Ok(Explanation { record, audit })
+}
+
+/// `tidemark explain`.
+pub async fn explain_command(
+    backend: &Backend,
+    source: &str,
+    key: &str,
+    json: bool,
+    out: Out<'_>,
+) -> Result<ExitCode, Error> {
+    let max_attempts = backend.source(source)?.doc.max_attempts;
+    let e = explain(backend, source, key).await?;
+    if json {
+        print_json(out, &e)?;
+    } else {
+        match &e.record {
+            Some(r) => write!(out, "{}", describe(r, max_attempts))?,
+            None => writeln!(
+                out,
+                "no ledger record for {source} / {key}: never seen (or forgotten)"
+            )?,
+        }
+        if !e.audit.is_empty() {
+            writeln!(out, "audit:")?;
+            for a in &e.audit {
+                writeln!(
+                    out,
+                    "  {}  {}  {} {}",
+                    when(a.at),
+                    a.operator,
+                    a.command,
+                    args_summary(a)
+                )?;
+            }
+        }
+    }
+    Ok(if e.record.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// A target in words.
+pub fn label(t: &Target) -> String {
+    let seq =
+        |s: Option<&tidemark::events::Sequencer>| s.map_or("-".to_string(), |s| s.to_string());
+    match t {
+        Target::Version(v) => format!(
+            "version {} (etag {}, sequencer {}, {} bytes)",
+            v.version,
+            v.etag.as_deref().unwrap_or("-"),
+            seq(v.sequencer.as_ref()),
+            v.size.map_or("?".to_string(), |s| s.to_string())
+        ),
+        Target::Delete(d) => format!("delete (sequencer {})", seq(d.sequencer.as_ref())),
+    }
+}
+
+/// The record in words, one field a line.
+pub fn describe(r: &Record, max_attempts: u32) -> String {
+    let mut out = format!(
+        "source:     {}\nkey:        {}\nstatus:     {}\nrevision:   {}\nupdated:    {}\n",
+        r.source_id,
+        r.key,
+        r.status.as_str(),
+        r.rev,
+        when_ms(r.updated_at)
+    );
+    if let Some(c) = &r.committed {
+        out += &format!(
+            "committed:  {} at {} by run {}\n  rows:     {}\n",
+            label(&c.target),
+            when_ms(c.committed_at),
+            c.run_id,
+            c.rows
+        );
+        for (col, sum) in &c.sums {
+            out += &format!("  sum({col}): {sum}\n");
+        }
+        for o in &c.outputs {
+            out += &format!(
+                "  output:   s3://{}/{} (etag {})\n",
+                o.bucket, o.key, o.etag
+            );
+        }
+        out += &format!("  config:   {}\n", c.config_fp);
+    }
+    if let Some(c) = &r.claim {
+        out += &format!(
+            "claim:      {} by run {}, lease until {}\n",
+            label(&c.target),
+            c.run_id,
+            when_ms(c.lease_until)
+        );
+    }
+    if let Some(p) = &r.pending {
+        out += &format!("pending:    {}\n", label(p));
+    }
+    out += &format!("attempts:   {} of {max_attempts}\n", r.attempts);
+    if let Some(e) = &r.last_error {
+        out += &format!("last error: {e}\n");
+    }
+    if let Some(n) = &r.note {
+        out += &format!("note:       {n}\n");
+    }
+    out
+}

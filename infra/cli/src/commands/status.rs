@@ -1,0 +1,222 @@
+//! `status`: per source, from one read of its ledger records (`Ledger::list`): objects by
+//! status (a claim whose lease has expired counts as `stuck`), rows and each sum column
+//! over the committed versions (exact: integers and decimals in `i128`), the last commit,
+//! the oldest object waiting (pending or failed) and the lag behind it, and the mode in force.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use serde::Serialize;
+use tidemark::config::{Mode, Source};
+use tidemark::model::{Record, Status};
+
+use super::print_json;
+use crate::backend::{Backend, ModeOrigin};
+use crate::render::{Table, duration, when};
+use crate::totals::{Totals, ledger_totals};
+use crate::{Error, Out};
+
+/// The statuses `status` counts, in display order.
+pub const STATUSES: [Status; 7] = [
+    Status::Done,
+    Status::Deleted,
+    Status::Pending,
+    Status::Failed,
+    Status::Quarantined,
+    Status::Claimed,
+    Status::Released,
+];
+
+/// The oldest object waiting to be processed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Waiting {
+    /// Its key.
+    pub key: String,
+    /// `pending` or `failed`.
+    pub status: Status,
+    /// When its record last moved (ms since the epoch).
+    pub since: i64,
+    /// Now minus `since`, ms.
+    pub lag_ms: i64,
+}
+
+/// The status of one source.
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceStatus {
+    /// The source.
+    pub source_id: String,
+    /// The mode in force for the CLI.
+    pub mode: Mode,
+    /// Where it comes from.
+    pub mode_origin: ModeOrigin,
+    /// Records per status (every status, zeros included).
+    pub objects: BTreeMap<&'static str, u64>,
+    /// Claims whose lease has expired (a worker died or timed out; the next claim takes
+    /// over); counted in `claimed` too.
+    pub stuck: u64,
+    /// Rows and sums over the committed versions.
+    pub totals: Totals,
+    /// The last commit (ms since the epoch).
+    pub last_commit: Option<i64>,
+    /// The oldest pending or failed object.
+    pub oldest_waiting: Option<Waiting>,
+}
+
+impl SourceStatus {
+    /// Records with this status.
+    pub fn count(&self, status: Status) -> u64 {
+        self.objects.get(status.as_str()).copied().unwrap_or(0)
+    }
+}
+
+/// The status of `source` from its records, at `now`.
+pub fn summarize(
+    source: &Source,
+    mode: (Mode, ModeOrigin),
+    records: &[Record],
+    now: i64,
+) -> Result<SourceStatus, Error> {
+    let mut objects: BTreeMap<&'static str, u64> =
+        STATUSES.iter().map(|s| (s.as_str(), 0)).collect();
+    let mut stuck = 0;
+    let mut last_commit: Option<i64> = None;
+    let mut oldest: Option<&Record> = None;
+    for r in records {
+        *objects.entry(r.status.as_str()).or_default() += 1;
+        if r.claim.as_ref().is_some_and(|c| c.lease_until <= now) {
+            stuck += 1;
+        }
+        if let Some(c) = &r.committed {
+            last_commit = last_commit.max(Some(c.committed_at));
+        }
+        if matches!(r.status, Status::Pending | Status::Failed)
+            && oldest.is_none_or(|o| r.updated_at < o.updated_at)
+        {
+            oldest = Some(r);
+        }
+    }
+    Ok(SourceStatus {
+        source_id: source.id().to_string(),
+        mode: mode.0,
+        mode_origin: mode.1,
+        objects,
+        stuck,
+        totals: ledger_totals(source, records)?,
+        last_commit,
+        oldest_waiting: oldest.map(|r| Waiting {
+            key: r.key.clone(),
+            status: r.status,
+            since: r.updated_at,
+            lag_ms: now - r.updated_at,
+        }),
+    })
+}
+
+/// The status of each source (or one).
+pub async fn status(backend: &Backend, source: Option<&str>) -> Result<Vec<SourceStatus>, Error> {
+    let mut all = Vec::new();
+    for configured in backend.sources(source)? {
+        let (effective, origin) = backend.effective(configured).await?;
+        let records = backend.pipeline.ledger.list(configured.id()).await?;
+        all.push(summarize(
+            configured,
+            (effective.doc.mode, origin),
+            &records,
+            backend.now(),
+        )?);
+    }
+    Ok(all)
+}
+
+/// `tidemark status`.
+pub async fn status_command(
+    backend: &Backend,
+    source: Option<String>,
+    json: bool,
+    out: Out<'_>,
+) -> Result<ExitCode, Error> {
+    let statuses = status(backend, source.as_deref()).await?;
+    if json {
+        print_json(out, &serde_json::json!({ "sources": statuses }))?;
+    } else {
+        print_status(&statuses, backend, out)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The human form of `status`: one table of counts, then sums and lag per source.
+pub fn print_status(
+    statuses: &[SourceStatus],
+    backend: &Backend,
+    out: Out<'_>,
+) -> Result<(), Error> {
+    let now = backend.now();
+    let mut t = Table::new(&[
+        "SOURCE",
+        "MODE",
+        ">DONE",
+        ">DELETED",
+        ">PENDING",
+        ">FAILED",
+        ">QUARANTINED",
+        ">CLAIMED",
+        ">STUCK",
+        ">ROWS",
+        "LAST COMMIT",
+        "LAG",
+    ]);
+    for s in statuses {
+        let mode = match s.mode_origin {
+            ModeOrigin::Config => s.mode.as_str().to_string(),
+            ModeOrigin::Override => format!("{}*", s.mode.as_str()),
+        };
+        t.row(vec![
+            s.source_id.clone(),
+            mode,
+            s.count(Status::Done).to_string(),
+            s.count(Status::Deleted).to_string(),
+            s.count(Status::Pending).to_string(),
+            s.count(Status::Failed).to_string(),
+            s.count(Status::Quarantined).to_string(),
+            s.count(Status::Claimed).to_string(),
+            s.stuck.to_string(),
+            s.totals.rows.to_string(),
+            s.last_commit.map_or("-".into(), |t| {
+                format!("{} ({} ago)", when(t), duration(now - t))
+            }),
+            s.oldest_waiting
+                .as_ref()
+                .map_or("-".into(), |w| duration(w.lag_ms)),
+        ]);
+    }
+    write!(out, "{}", t.render())?;
+    if statuses
+        .iter()
+        .any(|s| s.mode_origin == ModeOrigin::Override)
+    {
+        writeln!(out, "(* mode set by `tidemark mode`)")?;
+    }
+    let mut sums = Table::new(&["SOURCE", "COLUMN", ">SUM (committed)"]);
+    for s in statuses {
+        for (column, value) in &s.totals.sums {
+            sums.row(vec![s.source_id.clone(), column.clone(), value.to_string()]);
+        }
+    }
+    if !sums.is_empty() {
+        writeln!(out)?;
+        write!(out, "{}", sums.render())?;
+    }
+    for s in statuses {
+        if let Some(w) = &s.oldest_waiting {
+            writeln!(
+                out,
+                "{}: oldest waiting: {} ({}, since {})",
+                s.source_id,
+                w.key,
+                w.status.as_str(),
+                when(w.since)
+            )?;
+        }
+    }
+    Ok(())
+}

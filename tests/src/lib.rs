@@ -18,7 +18,7 @@ use tidemark::aws::dynamodb::DynamoLedger;
 use tidemark::aws::s3::S3Store;
 use tidemark::config::Config;
 use tidemark::ingest::{self, Response};
-use tidemark::ports::TestClock;
+use tidemark::ports::{GetOutcome, Ledger, ObjectStore, PutOutcome, TestClock, WriteCondition};
 use tidemark::process::{Faults, Pipeline, RunContext};
 
 /// Lease margin used by the suites (ms): short, and moved past with the test clock.
@@ -89,36 +89,9 @@ impl Stack {
         stack
     }
 
-    /// The sources document of the suites: the same orders schema as CSV under `in/`, as
-    /// JSON Lines under `json/`, and as CSV under `keep/` with the `keep` delete policy.
+    /// The sources document of the suites (see [`orders_config`]).
     pub fn config(&self, max_attempts: u32) -> Arc<Config> {
-        let schema = json!([
-            {"name": "order_id", "type": "int64", "nullable": false},
-            {"name": "customer", "type": "string"},
-            {"name": "quantity", "type": "int32"},
-            {"name": "amount", "type": "decimal(12,2)"},
-            {"name": "ordered_at", "type": "timestamp"}
-        ]);
-        let source = |id: &str, prefix: &str, format: &str| {
-            json!({
-                "source_id": id,
-                "bucket": self.landing,
-                "prefix": prefix,
-                "format": format,
-                "schema": schema,
-                "sum_columns": ["quantity", "amount"],
-                "output": {"bucket": self.lake, "prefix": format!("{id}/")},
-                "max_attempts": max_attempts
-            })
-        };
-        let mut keep = source("archive", "keep/", "csv");
-        keep["on_delete"] = "keep".into();
-        let doc = json!({"sources": [
-            source("orders", "in/", "csv"),
-            source("orders_json", "json/", "jsonl"),
-            keep,
-        ]});
-        Arc::new(Config::from_json(&doc.to_string()).expect("suite config is valid"))
+        orders_config(&self.landing, &self.lake, max_attempts, None)
     }
 
     /// A pipeline on the stack with this test's clock.
@@ -277,6 +250,211 @@ impl Stack {
         }
         t
     }
+}
+
+/// The sources document of the suites: the same orders schema as CSV under `in/`, as JSON
+/// Lines under `json/`, and as CSV under `keep/` with the `keep` delete policy; reports (when
+/// given a prefix) in the lake bucket.
+pub fn orders_config(
+    landing: &str,
+    lake: &str,
+    max_attempts: u32,
+    reports_prefix: Option<&str>,
+) -> Arc<Config> {
+    let schema = json!([
+        {"name": "order_id", "type": "int64", "nullable": false},
+        {"name": "customer", "type": "string"},
+        {"name": "quantity", "type": "int32"},
+        {"name": "amount", "type": "decimal(12,2)"},
+        {"name": "ordered_at", "type": "timestamp"}
+    ]);
+    let source = |id: &str, prefix: &str, format: &str| {
+        json!({
+            "source_id": id,
+            "bucket": landing,
+            "prefix": prefix,
+            "format": format,
+            "schema": schema,
+            "sum_columns": ["quantity", "amount"],
+            "output": {"bucket": lake, "prefix": format!("{id}/")},
+            "max_attempts": max_attempts,
+            "reconcile": {"grace_minutes": 0}
+        })
+    };
+    let mut keep = source("archive", "keep/", "csv");
+    keep["on_delete"] = "keep".into();
+    let mut doc = json!({"sources": [
+        source("orders", "in/", "csv"),
+        source("orders_json", "json/", "jsonl"),
+        keep,
+    ]});
+    if let Some(prefix) = reports_prefix {
+        doc["reports"] = json!({"bucket": lake, "prefix": prefix});
+    }
+    Arc::new(Config::from_json(&doc.to_string()).expect("suite config is valid"))
+}
+
+/// A pair of backends behind the ports — S3 + DynamoDB on the local stack, or local folders +
+/// SQLite — with a landing and a lake bucket, so one test body runs on both.
+pub struct Backends {
+    /// Which pair.
+    pub name: &'static str,
+    /// The object store.
+    pub store: Arc<dyn ObjectStore>,
+    /// The ledger.
+    pub ledger: Arc<dyn Ledger>,
+    /// Landing bucket.
+    pub landing: String,
+    /// Lake bucket.
+    pub lake: String,
+    /// The clock of every pipeline (starts at the real time: reconcile windows compare it with
+    /// objects' last-modified times).
+    pub clock: TestClock,
+    dir: Option<std::path::PathBuf>,
+}
+
+impl Drop for Backends {
+    fn drop(&mut self) {
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+impl Backends {
+    /// S3 on the emulator and DynamoDB Local (a fresh table and buckets).
+    pub async fn aws() -> Self {
+        let stack = Stack::new().await;
+        Self {
+            name: "aws",
+            store: Arc::new(S3Store::new(stack.s3.clone())),
+            ledger: Arc::new(DynamoLedger::new(stack.dynamo.clone(), &stack.table)),
+            landing: stack.landing.clone(),
+            lake: stack.lake.clone(),
+            clock: TestClock::at(chrono_now()),
+            dir: None,
+        }
+    }
+
+    /// Local folders and SQLite in a fresh directory.
+    pub async fn embedded() -> Self {
+        let dir = std::env::temp_dir().join(format!("tidemark-test-{}", uuid::Uuid::new_v4()));
+        let store = tidemark::local::FolderStore::new(dir.join("buckets"));
+        for b in ["landing", "lake"] {
+            store.create_bucket(b).await.expect("create bucket");
+        }
+        let ledger =
+            tidemark::local::SqliteLedger::open(dir.join("ledger.db")).expect("open ledger");
+        Self {
+            name: "embedded",
+            store: Arc::new(store),
+            ledger: Arc::new(ledger),
+            landing: "landing".into(),
+            lake: "lake".into(),
+            clock: TestClock::at(chrono_now()),
+            dir: Some(dir),
+        }
+    }
+
+    /// The suite's sources document, with reports under `reports/` in the lake.
+    pub fn config(&self) -> Arc<Config> {
+        orders_config(&self.landing, &self.lake, 3, Some("reports/"))
+    }
+
+    /// A pipeline on these backends.
+    pub fn pipeline(&self) -> Pipeline {
+        let mut p = Pipeline::new(
+            self.store.clone(),
+            self.ledger.clone(),
+            Arc::new(self.clock.clone()),
+            self.config(),
+        );
+        p.settings.lease_margin_ms = LEASE_MARGIN_MS;
+        p
+    }
+
+    /// A run context with a deadline at the test clock's now.
+    pub fn ctx(&self, run_id: &str) -> RunContext {
+        use tidemark::ports::Clock;
+        RunContext {
+            run_id: run_id.into(),
+            deadline_ms: self.clock.now_ms(),
+        }
+    }
+
+    /// Write `body` to the landing bucket (replacing what is there); no event is sent.
+    pub async fn upload(&self, key: &str, body: impl AsRef<[u8]>) {
+        put_replacing(
+            &*self.store,
+            &self.landing,
+            key,
+            Bytes::copy_from_slice(body.as_ref()),
+        )
+        .await;
+    }
+
+    /// Replace a lake object's bytes (a hand edit).
+    pub async fn overwrite_lake(&self, key: &str, body: Bytes) {
+        put_replacing(&*self.store, &self.lake, key, body).await;
+    }
+
+    /// Every lake object under `prefix`: key → bytes.
+    pub async fn lake_objects(&self, prefix: &str) -> BTreeMap<String, Bytes> {
+        let mut out = BTreeMap::new();
+        let mut token = None;
+        loop {
+            let page = self
+                .store
+                .list(&self.lake, prefix, token.as_deref())
+                .await
+                .expect("list lake");
+            for o in page.objects {
+                let GetOutcome::Found { mut body, .. } =
+                    self.store.get(&self.lake, &o.key, None).await.expect("get")
+                else {
+                    panic!("{} vanished", o.key)
+                };
+                let mut bytes = Vec::new();
+                tokio::io::AsyncReadExt::read_to_end(&mut body, &mut bytes)
+                    .await
+                    .expect("read");
+                out.insert(o.key, Bytes::from(bytes));
+            }
+            match page.next {
+                Some(t) => token = Some(t),
+                None => return out,
+            }
+        }
+    }
+
+    /// Rows and sums of the orders outputs (`orders/`).
+    pub async fn lake_totals(&self) -> Totals {
+        let mut t = Totals::default();
+        for (_, body) in self.lake_objects("orders/").await {
+            t.add(&parquet_totals(body));
+        }
+        t
+    }
+}
+
+fn chrono_now() -> i64 {
+    use tidemark::ports::Clock;
+    tidemark::ports::SystemClock.now_ms()
+}
+
+async fn put_replacing(store: &dyn ObjectStore, bucket: &str, key: &str, body: Bytes) {
+    let condition = match store.head(bucket, key).await.expect("head") {
+        Some(m) => WriteCondition::Matches(m.etag),
+        None => WriteCondition::Absent,
+    };
+    let out = store
+        .put(bucket, key, body, &BTreeMap::new(), &condition)
+        .await
+        .expect("put");
+    assert!(
+        matches!(out, PutOutcome::Written { .. }),
+        "write {bucket}/{key}: {out:?}"
+    );
 }
 
 /// Rows and column sums of the suite's orders data.

@@ -15,8 +15,11 @@ use bytes::Bytes;
 use futures::StreamExt;
 use tidemark::aws::dynamodb::DynamoLedger;
 use tidemark::aws::s3::S3Store;
+use tidemark::config::Mode;
 use tidemark::local::{FolderStore, SqliteLedger};
-use tidemark::model::{Claim, Committed, DeleteRef, OutputRef, Record, Status, Target, VersionRef};
+use tidemark::model::{
+    AuditEntry, Claim, Committed, DeleteRef, OutputRef, Record, Status, Target, VersionRef,
+};
 use tidemark::ports::{
     GetOutcome, Ledger, LedgerWrite, ObjectMeta, ObjectStore, PutOutcome, WriteCondition,
 };
@@ -81,7 +84,8 @@ async fn aws() -> Backends {
     let connect: Connect = Box::new(move || {
         (
             Arc::new(S3Store::new(s3.clone())),
-            Arc::new(DynamoLedger::new(dynamo.clone(), &table)),
+            // Small pages, so that listings and the audit scan follow LastEvaluatedKey.
+            Arc::new(DynamoLedger::new(dynamo.clone(), &table).with_page_limit(7)),
         )
     });
     let (store, ledger) = connect();
@@ -124,6 +128,10 @@ conformance!(
     ledger_get_of_an_unknown_key_is_none,
     ledger_one_writer_wins_each_race,
     ledger_awkward_keys,
+    ledger_delete_is_conditional_on_the_rev,
+    ledger_list_returns_one_sources_records_in_key_order,
+    ledger_audit_log_round_trips_and_filters_by_source,
+    ledger_source_mode_round_trips,
     store_put_absent_twice,
     store_put_matches_a_wrong_etag,
     store_put_matches_the_right_etag,
@@ -392,6 +400,143 @@ async fn ledger_awkward_keys(b: Backends) {
         let r = r.unwrap_or_else(|| panic!("{key:?} not found"));
         assert_eq!((r.key.as_str(), r.attempts), (*key, i as u32));
     }
+}
+
+async fn ledger_delete_is_conditional_on_the_rev(b: Backends) {
+    let stored = full("in/a.csv", 4);
+    b.ledger.create(&stored).await.unwrap();
+    for wrong in [0, 3, 5] {
+        let current = conflict(b.ledger.delete(SOURCE, "in/a.csv", wrong).await.unwrap());
+        assert_same(&current.expect("the conflict carries the record"), &stored);
+    }
+    assert_same(
+        &b.ledger.get(SOURCE, "in/a.csv").await.unwrap().unwrap(),
+        &stored,
+    );
+    // Per source and per exact key.
+    let other = conflict(b.ledger.delete("clicks", "in/a.csv", 4).await.unwrap());
+    assert_eq!(other, None);
+    assert_eq!(
+        b.ledger.delete(SOURCE, "in/a.csv", 4).await.unwrap(),
+        LedgerWrite::Written
+    );
+    assert_eq!(b.ledger.get(SOURCE, "in/a.csv").await.unwrap(), None);
+    // Deleting again: nothing there, nothing carried; a create starts afresh.
+    assert_eq!(
+        conflict(b.ledger.delete(SOURCE, "in/a.csv", 4).await.unwrap()),
+        None
+    );
+    assert_eq!(
+        b.ledger.create(&fresh("in/a.csv")).await.unwrap(),
+        LedgerWrite::Written
+    );
+}
+
+async fn ledger_list_returns_one_sources_records_in_key_order(b: Backends) {
+    assert!(b.ledger.list(SOURCE).await.unwrap().is_empty());
+    // Enough keys to fill every shard of the DynamoDB index and several pages of each.
+    let mut keys: Vec<String> = (0..60).map(|i| format!("in/{i:03}.csv")).collect();
+    keys.extend(["a b", "你好/😊", "../escape", "trailing/"].map(String::from));
+    for (i, key) in keys.iter().enumerate() {
+        let r = if i % 2 == 0 { fresh(key) } else { full(key, 1) };
+        b.ledger.create(&r).await.unwrap();
+    }
+    let mut other = fresh("in/000.csv");
+    other.source_id = "orders_json".into(); // shares a prefix with SOURCE
+    b.ledger.create(&other).await.unwrap();
+    // Operator items of the same source never show up as records.
+    b.ledger
+        .set_source_mode(SOURCE, Mode::Pause, 1)
+        .await
+        .unwrap();
+    b.ledger
+        .audit(&audit_entry(SOURCE, 1, "reset"))
+        .await
+        .unwrap();
+
+    let listed = b.ledger.list(SOURCE).await.unwrap();
+    keys.sort();
+    assert_eq!(
+        listed.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+        keys
+    );
+    for r in &listed {
+        assert_same(r, &b.ledger.get(SOURCE, &r.key).await.unwrap().unwrap());
+    }
+    let others = b.ledger.list("orders_json").await.unwrap();
+    assert_eq!(others.len(), 1);
+    assert_same(&others[0], &other);
+    assert!(b.ledger.list("clicks").await.unwrap().is_empty());
+}
+
+fn audit_entry(source_id: &str, at: i64, command: &str) -> AuditEntry {
+    AuditEntry {
+        at,
+        source_id: source_id.into(),
+        command: command.into(),
+        args: serde_json::json!({
+            "to": "2026-11-29T10:00:00Z", "prefix": "in/你好/", "purge_outputs": true,
+            "keys": ["in/a b.csv", "in/😊.csv"], "max": null, "n": 12.5
+        }),
+        affected: 2,
+        operator: "ada".into(),
+    }
+}
+
+async fn ledger_audit_log_round_trips_and_filters_by_source(b: Backends) {
+    assert!(b.ledger.audit_log(None).await.unwrap().is_empty());
+    let entries = [
+        audit_entry(SOURCE, 1_700_000_000_300, "rewind"),
+        audit_entry("orders_json", 1_700_000_000_100, "reset"),
+        audit_entry(SOURCE, 1_700_000_000_200, "mode"),
+        audit_entry(SOURCE, 1_700_000_000_200, "forget"), // same instant: both kept
+        audit_entry("clicks", 1_700_000_000_400, "mark-processed"),
+    ];
+    for e in &entries {
+        b.ledger.audit(e).await.unwrap();
+    }
+    // Records of the source are not audit entries.
+    b.ledger.create(&full("in/a.csv", 1)).await.unwrap();
+
+    let all = b.ledger.audit_log(None).await.unwrap();
+    assert_eq!(all.len(), entries.len());
+    let ats: Vec<i64> = all.iter().map(|e| e.at).collect();
+    assert!(ats.is_sorted(), "oldest first: {ats:?}");
+    for e in &entries {
+        assert!(all.contains(e), "{e:?} round-trips");
+    }
+    let mine = b.ledger.audit_log(Some(SOURCE)).await.unwrap();
+    assert_eq!(mine.len(), 3);
+    assert!(mine.iter().all(|e| e.source_id == SOURCE));
+    assert_eq!(mine[2], entries[0]);
+    assert_eq!(
+        b.ledger.audit_log(Some("orders_json")).await.unwrap(),
+        [entries[1].clone()]
+    );
+    assert!(b.ledger.audit_log(Some("nobody")).await.unwrap().is_empty());
+}
+
+async fn ledger_source_mode_round_trips(b: Backends) {
+    assert_eq!(b.ledger.source_mode(SOURCE).await.unwrap(), None);
+    for mode in [Mode::Pause, Mode::Disable, Mode::Enable] {
+        b.ledger.set_source_mode(SOURCE, mode, 5).await.unwrap();
+        assert_eq!(b.ledger.source_mode(SOURCE).await.unwrap(), Some(mode));
+    }
+    b.ledger
+        .set_source_mode("orders_json", Mode::Disable, 6)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.ledger.source_mode(SOURCE).await.unwrap(),
+        Some(Mode::Enable)
+    );
+    assert_eq!(
+        b.ledger.source_mode("orders_json").await.unwrap(),
+        Some(Mode::Disable)
+    );
+    assert_eq!(b.ledger.source_mode("clicks").await.unwrap(), None);
+    // A mode item is not a record of the source.
+    assert_eq!(b.ledger.get(SOURCE, "").await.unwrap(), None);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -99,6 +99,27 @@ fn millis(t: Option<&aws_sdk_s3::primitives::DateTime>) -> i64 {
     t.and_then(|t| t.to_millis().ok()).unwrap_or(0)
 }
 
+/// Our view of a HEAD or GET answer; user-metadata keys lower-cased.
+fn object_meta(
+    key: &str,
+    etag: Option<&str>,
+    size: Option<i64>,
+    version_id: Option<&str>,
+    last_modified: Option<&aws_sdk_s3::primitives::DateTime>,
+    metadata: Option<&HashMap<String, String>>,
+) -> ObjectMeta {
+    ObjectMeta {
+        key: key.to_string(),
+        etag: etag.map(unquote).unwrap_or_default(),
+        size: size.unwrap_or(0).max(0) as u64,
+        version_id: version_id.map(str::to_string),
+        last_modified: millis(last_modified),
+        metadata: metadata
+            .map(|m| m.iter().map(|(k, v)| (k.to_lowercase(), v.clone())).collect())
+            .unwrap_or_default(),
+    }
+}
+
 #[async_trait]
 impl ObjectStore for S3Store {
     async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectMeta>, StoreError> {
@@ -110,21 +131,14 @@ impl ObjectStore for S3Store {
             .send()
             .await
         {
-            Ok(o) => Ok(Some(ObjectMeta {
-                key: key.to_string(),
-                etag: o.e_tag().map(unquote).unwrap_or_default(),
-                size: o.content_length().unwrap_or(0).max(0) as u64,
-                version_id: o.version_id().map(str::to_string),
-                last_modified: millis(o.last_modified()),
-                metadata: o
-                    .metadata()
-                    .map(|m| {
-                        m.iter()
-                            .map(|(k, v)| (k.to_lowercase(), v.clone()))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            })),
+            Ok(o) => Ok(Some(object_meta(
+                key,
+                o.e_tag(),
+                o.content_length(),
+                o.version_id(),
+                o.last_modified(),
+                o.metadata(),
+            ))),
             Err(e) if key_missing(&e) => Ok(None),
             Err(e) => Err(err("HeadObject", bucket, key, &e)),
         }
@@ -144,21 +158,14 @@ impl ObjectStore for S3Store {
             .set_if_match(if_match.map(quote));
         match req.send().await {
             Ok(o) => {
-                let meta = ObjectMeta {
-                    key: key.to_string(),
-                    etag: o.e_tag().map(unquote).unwrap_or_default(),
-                    size: o.content_length().unwrap_or(0).max(0) as u64,
-                    version_id: o.version_id().map(str::to_string),
-                    last_modified: millis(o.last_modified()),
-                    metadata: o
-                        .metadata()
-                        .map(|m| {
-                            m.iter()
-                                .map(|(k, v)| (k.to_lowercase(), v.clone()))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                };
+                let meta = object_meta(
+                    key,
+                    o.e_tag(),
+                    o.content_length(),
+                    o.version_id(),
+                    o.last_modified(),
+                    o.metadata(),
+                );
                 Ok(GetOutcome::Found {
                     meta,
                     body: Box::pin(o.body.into_async_read()),

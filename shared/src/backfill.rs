@@ -75,7 +75,9 @@ pub struct Response {
     /// Errors, naming the object.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
-    /// Where to resume; `None` when the range is finished.
+    /// True when the range is finished; otherwise call again with `continuation`.
+    pub done: bool,
+    /// Where to resume when not done (`None`: from the start of the range).
     pub continuation: Option<String>,
 }
 
@@ -136,6 +138,12 @@ pub async fn run(
             });
         }
     };
+    if req.max_objects == Some(0) || req.max_bytes == Some(0) {
+        return Err(RequestError::Invalid {
+            field: "max_objects",
+            message: "bounds must be at least 1".into(),
+        });
+    }
     let since = parse_time("since", &req.since)?;
     let until = parse_time("until", &req.until)?;
     let records: HashMap<String, Record> = p
@@ -223,6 +231,7 @@ pub async fn run(
             None => break 'pages,
         }
     }
+    resp.done = true;
     Ok(resp)
 }
 

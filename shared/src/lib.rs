@@ -35,5 +35,7 @@ pub mod protocol;
 pub mod reconcile;
 pub mod schema;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use error::{ProcessError, Result};

@@ -157,9 +157,9 @@ pub struct SourceReport {
 }
 
 impl SourceReport {
-    /// No findings and no mismatches.
+    /// Complete, with no findings and no mismatches.
     pub fn clean(&self) -> bool {
-        self.findings.is_empty() && self.mismatches.is_empty()
+        self.complete && self.findings.is_empty() && self.mismatches.is_empty()
     }
 
     fn count(&self, kind: FindingKind) -> usize {

@@ -94,11 +94,19 @@ pub(crate) async fn function_handler(
     )
     .await?;
     tracing::info!(source = %resp.source, taken = resp.taken, processed = resp.processed, failed = resp.failed, continuation = ?resp.continuation, "backfill slice done");
-    if let (Some(continuation), Chain::SelfInvoke { client, function }, false) =
-        (&resp.continuation, &deps.chain, req.dry_run)
+    if let (false, Chain::SelfInvoke { client, function }, false) =
+        (resp.done, &deps.chain, req.dry_run)
     {
+        if resp.taken == 0 {
+            // Not even one object fit before the deadline: chaining would loop forever.
+            return Err(HandlerError::Chain {
+                continuation: resp.continuation.clone().unwrap_or_default(),
+                message: "no progress before the deadline; raise the function timeout".into(),
+            });
+        }
+        let continuation = resp.continuation.clone().unwrap_or_default();
         let next = Request {
-            continuation: Some(continuation.clone()),
+            continuation: resp.continuation.clone(),
             ..req
         };
         let payload = serde_json::to_vec(&next).unwrap_or_default();
@@ -115,4 +123,88 @@ pub(crate) async fn function_handler(
             })?;
     }
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use lambda_runtime::Context;
+    use serde_json::json;
+    use tidemark::testing::{embedded_pipeline, land};
+
+    use super::*;
+
+    fn ctx() -> Context {
+        let mut c = Context::default();
+        c.deadline = (chrono_now() + 120_000) as u64;
+        c
+    }
+
+    fn chrono_now() -> i64 {
+        use tidemark::ports::Clock;
+        tidemark::ports::SystemClock.now_ms()
+    }
+
+    async fn deps(dir: &std::path::Path) -> Deps {
+        let pipeline = embedded_pipeline(dir).await;
+        let config = pipeline.config.clone();
+        Deps {
+            pipeline,
+            config,
+            chain: Chain::Off,
+        }
+    }
+
+    #[tokio::test]
+    async fn slices_follow_the_continuation_and_unknown_fields_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = deps(dir.path()).await;
+        for i in 0..5 {
+            land(
+                &d.pipeline,
+                &format!("in/{i}.csv"),
+                "id,amount\n1,1.00\n",
+                "01",
+            )
+            .await;
+        }
+        let first = function_handler(
+            &d,
+            LambdaEvent::new(json!({"source": "orders", "max_objects": 3}), ctx()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (first.processed, first.done, first.continuation.as_deref()),
+            (3, false, Some("in/2.csv"))
+        );
+        let rest = function_handler(
+            &d,
+            LambdaEvent::new(
+                json!({"source": "orders", "max_objects": 3, "continuation": "in/2.csv"}),
+                ctx(),
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!((rest.processed, rest.done), (2, true));
+
+        // A slice with no time left takes nothing and says it is not done.
+        land(&d.pipeline, "in/5.csv", "id,amount\n1,1.00\n", "01").await;
+        let late = function_handler(
+            &d,
+            LambdaEvent::new(json!({"source": "orders"}), Context::default()),
+        )
+        .await
+        .unwrap();
+        assert_eq!((late.taken, late.done), (0, false));
+
+        let err = function_handler(
+            &d,
+            LambdaEvent::new(json!({"source": "orders", "max_object": 3}), ctx()),
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("max_object"), "{err}");
+        assert_eq!(Diagnostic::from(err).error_type, "Permanent");
+    }
 }

@@ -57,3 +57,77 @@ pub(crate) async fn function_handler(
     }
     Ok(response.to_json())
 }
+
+#[cfg(test)]
+mod tests {
+    //! The handler on the embedded backends, from JSON events shaped as AWS sends them.
+    use lambda_runtime::{Context, LambdaEvent};
+    use serde_json::json;
+    use tidemark::testing::{embedded_pipeline as pipeline, land};
+
+    use super::*;
+
+    fn event(payload: Value) -> LambdaEvent<Value> {
+        LambdaEvent::new(payload, Context::default())
+    }
+
+    #[tokio::test]
+    async fn a_direct_notification_is_processed_once_and_a_bad_object_fails_the_invocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = pipeline(dir.path()).await;
+        let good = land(&p, "in/a b.csv", "id,amount\n1,1.50\n2,2.25\n", "01").await;
+        let payload = json!({"Records": [good]});
+
+        let answer = function_handler(&p, 2, event(payload.clone()))
+            .await
+            .unwrap();
+        assert_eq!(
+            (answer["processed"].clone(), answer["rows"].clone()),
+            (json!(1), json!(2))
+        );
+        let again = function_handler(&p, 2, event(payload)).await.unwrap();
+        assert_eq!(again["duplicates"], 1);
+
+        let bad = land(&p, "in/bad.csv", "id,amount\nx,1.00\n", "02").await;
+        let err = function_handler(&p, 2, event(json!({"Records": [bad]})))
+            .await
+            .unwrap_err();
+        let diagnostic = Diagnostic::from(err);
+        assert_eq!(diagnostic.error_type, "Retryable");
+        assert!(
+            diagnostic
+                .error_message
+                .contains("s3://landing/in/bad.csv: line 2"),
+            "{}",
+            diagnostic.error_message
+        );
+    }
+
+    #[tokio::test]
+    async fn an_sqs_batch_reports_only_the_failed_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = pipeline(dir.path()).await;
+        let good = land(&p, "in/good.csv", "id,amount\n1,1.00\n", "01").await;
+        let bad = land(&p, "in/bad.csv", "id,amount\n1,1.00,extra\n", "02").await;
+        let message = |id: &str, record: Value| {
+            json!({"messageId": id, "receiptHandle": "h", "eventSource": "aws:sqs",
+                   "body": json!({"Records": [record]}).to_string()})
+        };
+        let payload = json!({"Records": [message("m-good", good), message("m-bad", bad)]});
+        let answer = function_handler(&p, 2, event(payload)).await.unwrap();
+        assert_eq!(
+            answer,
+            json!({"batchItemFailures": [{"itemIdentifier": "m-bad"}]})
+        );
+    }
+
+    #[tokio::test]
+    async fn a_payload_of_no_known_shape_is_a_permanent_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = pipeline(dir.path()).await;
+        let err = function_handler(&p, 2, event(json!({"hello": "world"})))
+            .await
+            .unwrap_err();
+        assert_eq!(Diagnostic::from(err).error_type, "Permanent");
+    }
+}

@@ -62,3 +62,69 @@ pub(crate) async fn function_handler(
         })).collect::<Vec<_>>(),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use lambda_runtime::Context;
+    use serde_json::json;
+    use tidemark::testing::{embedded_pipeline, land};
+
+    use super::*;
+
+    fn ctx() -> Context {
+        use tidemark::ports::Clock;
+        let mut c = Context::default();
+        c.deadline = (tidemark::ports::SystemClock.now_ms() + 120_000) as u64;
+        c
+    }
+
+    #[tokio::test]
+    async fn a_manual_window_finds_and_repairs_an_object_that_had_no_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = embedded_pipeline(dir.path()).await;
+        let config = p.config.clone();
+        land(&p, "in/lost.csv", "id,amount\n1,1.00\n2,2.00\n", "01").await;
+        let payload = json!({"from": "2000-01-01T00:00:00Z", "to": "2100-01-01T00:00:00Z"});
+        let first = function_handler(&p, &config, LambdaEvent::new(payload.clone(), ctx()))
+            .await
+            .unwrap();
+        assert_eq!(first["clean"], false);
+        assert_eq!(first["sources"][0]["findings"], 1);
+        assert_eq!(first["reports"].as_array().unwrap().len(), 2, "json + html");
+        let second = function_handler(&p, &config, LambdaEvent::new(payload, ctx()))
+            .await
+            .unwrap();
+        assert_eq!(second["clean"], true, "{second}");
+
+        // Out of time before the first object: incomplete, never reported clean.
+        let late = function_handler(
+            &p,
+            &config,
+            LambdaEvent::new(
+                json!({"from": "2000-01-01T00:00:00Z", "to": "2100-01-01T00:00:00Z"}),
+                Context::default(),
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (
+                late["clean"].clone(),
+                late["sources"][0]["complete"].clone()
+            ),
+            (json!(false), json!(false))
+        );
+
+        let err = function_handler(
+            &p,
+            &config,
+            LambdaEvent::new(
+                json!({"from": "x", "to": "y", "extra": 1}),
+                Context::default(),
+            ),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(Diagnostic::from(err).error_type, "Permanent");
+    }
+}

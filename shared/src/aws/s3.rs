@@ -115,7 +115,11 @@ fn object_meta(
         version_id: version_id.map(str::to_string),
         last_modified: millis(last_modified),
         metadata: metadata
-            .map(|m| m.iter().map(|(k, v)| (k.to_lowercase(), v.clone())).collect())
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.to_lowercase(), v.clone()))
+                    .collect()
+            })
             .unwrap_or_default(),
     }
 }

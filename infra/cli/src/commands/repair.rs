@@ -244,12 +244,12 @@ pub async fn backfill_command(
     loop {
         let ctx = backend.ctx(&format!("backfill-{}", uuid::Uuid::new_v4()));
         let resp = backfill::run(&backend.pipeline, backend.config(), &req, &ctx, i64::MAX).await?;
-        let next = resp.continuation.clone();
+        let (done, taken, next) = (resp.done, resp.taken, resp.continuation.clone());
         slices.push(resp);
-        match next {
-            Some(c) if args.all => req.continuation = Some(c),
-            _ => break,
+        if done || !args.all || taken == 0 {
+            break;
         }
+        req.continuation = next;
     }
     let failed: u64 = slices.iter().map(|s| s.failed).sum();
     let processed: u64 = slices.iter().map(|s| s.processed).sum();
@@ -285,7 +285,13 @@ pub async fn backfill_command(
                 s.already_done.to_string(),
                 s.failed.to_string(),
                 s.rows.to_string(),
-                s.continuation.clone().unwrap_or_else(|| "-".into()),
+                if s.done {
+                    "(done)".into()
+                } else {
+                    s.continuation
+                        .clone()
+                        .unwrap_or_else(|| "(from the start)".into())
+                },
             ]);
         }
         write!(out, "{}", t.render())?;

@@ -7,9 +7,12 @@
 # Steps, in order; the first failure stops the run with a non-zero exit:
 #   1. local stack   infra/localstack.sh start (DynamoDB Local + moto S3; installs
 #                    them into .local/ on first use), then sources .local/stack.env
-#   2. fmt           cargo fmt --all -- --check
-#   3. clippy        cargo clippy --workspace --all-targets -- -D warnings
-#   4. test          cargo test --workspace [extra args]
+#   2. template      cfn-lint template.yaml, checkov (security scan), sam validate --lint
+#                    when the SAM CLI can be installed, and the template invariants
+#                    (pytest infra/deploy/test_template.py); installs the tools on first use
+#   3. fmt           cargo fmt --all -- --check
+#   4. clippy        cargo clippy --workspace --all-targets -- -D warnings
+#   5. test          cargo test --workspace [extra args]
 # On exit the local stack is stopped again, unless it was already running
 # before this script started (then it is left alone for whoever started it).
 set -euo pipefail
@@ -23,7 +26,7 @@ if ! command -v cargo >/dev/null && [[ -x "$HOME/.cargo/bin/cargo" ]]; then
 fi
 
 STEP_NO=0
-STEP_TOTAL=4
+STEP_TOTAL=5
 
 banner() { printf '\n==== [%s] %s ====\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$*"; }
 
@@ -63,8 +66,67 @@ start_stack() {
     source "$ROOT/.local/stack.env" || return
 }
 
+# venv_tool VENV PACKAGE EXE: make sure VENV/bin/EXE runs, pip-installing PACKAGE (quietly)
+# into VENV, created if missing, on first use.
+venv_tool() {
+    local venv="$1" package="$2" exe="$1/bin/$3"
+    "$exe" --version >/dev/null 2>&1 && return 0
+    if [[ ! -x "$venv/bin/python" ]]; then
+        python3 -m venv "$venv" || return
+    fi
+    echo "installing $package into ${venv#"$ROOT/"}"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$package" || return
+    "$exe" --version >/dev/null 2>&1
+}
+
+# The SAM template: cfn-lint and checkov must both pass (suppressions live in the template,
+# each with its reason). checkov and the SAM CLI pin boto3 (checkov 1.35.x, SAM 1.43.x) and
+# other libraries below what the project venv holds for moto, so each gets its own venv.
+check_template() {
+    local venv="$ROOT/.local/venv" checkov_venv="$ROOT/.local/venv-checkov" sam_venv="$ROOT/.local/venv-sam"
+    venv_tool "$venv" cfn-lint cfn-lint || return
+    venv_tool "$checkov_venv" checkov checkov || return
+    echo "-- cfn-lint $("$venv/bin/cfn-lint" --version)"
+    "$venv/bin/cfn-lint" template.yaml || return
+    echo "-- checkov $("$checkov_venv/bin/checkov" --version)"
+    "$checkov_venv/bin/checkov" -f template.yaml --framework cloudformation \
+        --compact --quiet --skip-download || return
+    # Optional: SAM's own translation (works offline, no credentials needed).
+    if venv_tool "$sam_venv" aws-sam-cli sam; then
+        echo "-- $("$sam_venv/bin/sam" --version)"
+        SAM_CLI_TELEMETRY=0 "$sam_venv/bin/sam" validate --lint --region us-east-1 \
+            --template-file template.yaml || return
+    else
+        echo "test.sh: warning: aws-sam-cli could not be installed; sam validate --lint skipped" >&2
+    fi
+    template_invariants
+}
+
+# The invariants of the template (least privilege against the code's SDK calls, environment
+# against what the code reads, DLQs, alarms, buckets, ...): pytest, with cfn-lint's YAML
+# decoder and the SAM translator, in a venv of their own. pytest exits 5 when it collected
+# no test: that is a failure here too, said out loud.
+template_invariants() {
+    local venv="$ROOT/.local/venv-template" tests="infra/deploy/test_template.py" rc=0
+    if ! "$venv/bin/python" -c 'import pytest, cfnlint, samtranslator' >/dev/null 2>&1; then
+        if [[ ! -x "$venv/bin/python" ]]; then
+            python3 -m venv "$venv" || return
+        fi
+        echo "installing pytest, cfn-lint and aws-sam-translator into ${venv#"$ROOT/"}"
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+            pytest cfn-lint aws-sam-translator || return
+    fi
+    echo "-- template invariants: $("$venv/bin/python" -m pytest --version 2>&1) $tests"
+    PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" -m pytest -q -p no:cacheprovider "$tests" || rc=$?
+    if ((rc == 5)); then
+        echo "test.sh: pytest collected no test from $tests: the template invariants did not run" >&2
+    fi
+    return "$rc"
+}
+
 begin=$SECONDS
 step "local stack" start_stack
+step "template" check_template
 step "fmt" cargo fmt --all -- --check
 step "clippy" cargo clippy --workspace --all-targets -- -D warnings
 step "test" cargo test --workspace "$@"

@@ -31,9 +31,9 @@ impl Intercept for Requests {
         _: &RuntimeComponents,
         cfg: &mut ConfigBag,
     ) -> Result<(), BoxError> {
-        let op = cfg
-            .load::<Metadata>()
-            .map_or("unknown".into(), |m| format!("{}:{}", m.service(), m.name()));
+        let op = cfg.load::<Metadata>().map_or("unknown".into(), |m| {
+            format!("{}:{}", m.service(), m.name())
+        });
         *self.0.lock().unwrap().entry(op).or_default() += 1;
         Ok(())
     }
@@ -74,8 +74,7 @@ fn budget(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
 }
 
 #[tokio::test]
-async fn a_new_object_and_a_duplicate_cost_what_the_protocol_promises_however_much_came_before()
-{
+async fn a_new_object_and_a_duplicate_cost_what_the_protocol_promises_however_much_came_before() {
     let stack = Stack::new().await;
     let (pipeline, requests) = instrumented(&stack).await;
 
@@ -92,17 +91,27 @@ async fn a_new_object_and_a_duplicate_cost_what_the_protocol_promises_however_mu
 
     let r = stack.invoke(&pipeline, &event, "run-2").await;
     assert_eq!(r.summary.duplicates, 1);
-    assert_eq!(requests.take(), budget(&[("DynamoDB:PutItem", 1)]), "a duplicate");
+    assert_eq!(
+        requests.take(),
+        budget(&[("DynamoDB:PutItem", 1)]),
+        "a duplicate"
+    );
 
     // Fifty more objects processed; the next new object costs exactly the same.
     for i in 0..50 {
         let (csv, _) = orders_csv(i * 100, 3);
-        let e = direct(vec![stack.upload_event(&format!("in/bulk/{i}.csv"), &csv).await]);
+        let e = direct(vec![
+            stack.upload_event(&format!("in/bulk/{i}.csv"), &csv).await,
+        ]);
         stack.invoke(&pipeline, &e, "bulk").await;
     }
     requests.take();
     let (csv, _) = orders_csv(9_999, 5);
     let event = direct(vec![stack.upload_event("in/last.csv", &csv).await]);
     stack.invoke(&pipeline, &event, "run-3").await;
-    assert_eq!(requests.take(), new_object, "no listing, no scan, no growth");
+    assert_eq!(
+        requests.take(),
+        new_object,
+        "no listing, no scan, no growth"
+    );
 }

@@ -20,6 +20,7 @@
 //!   and replays — all through the same per-object path.
 //! - [`telemetry`]: logging set-up shared by the binaries.
 
+#[cfg(feature = "aws")]
 pub mod aws;
 pub mod backfill;
 pub mod config;

@@ -1,0 +1,128 @@
+"""One conversion by one peer engine, as a user would write it: the whole process is what
+bench/harness.py times (interpreter start, imports, read, write).
+
+    python engines.py ENGINE FORMAT COMPRESSION IN OUT SCHEMA_JSON
+
+ENGINE is pyarrow, pyarrow-stream (CSV only), duckdb or polars; FORMAT csv or jsonl;
+COMPRESSION none or gzip. Every engine gets the explicit schema of bench/schema.json,
+writes Parquet with zstd level 3 and runs on one thread. Imports are inside each
+function so that each process only pays for its own engine.
+"""
+
+import json
+import os
+import sys
+
+# Single thread everywhere; must be set before the engines are imported.
+os.environ.setdefault("POLARS_MAX_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+ZSTD_LEVEL = 3
+
+
+def pyarrow_types(columns):
+    import pyarrow as pa
+
+    types = {
+        "int32": pa.int32(),
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "string": pa.string(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }
+    return pa.schema([pa.field(c["name"], types[c["type"]], c.get("nullable", True)) for c in columns])
+
+
+def run_pyarrow(fmt, compression, src, out, columns, stream=False):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pa.set_cpu_count(1)
+    pa.set_io_thread_count(1)
+    schema = pyarrow_types(columns)
+    source = pa.input_stream(src, compression="gzip" if compression == "gzip" else None)
+    if fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        convert = pcsv.ConvertOptions(
+            column_types={f.name: f.type for f in schema},
+            strings_can_be_null=False,
+        )
+        if stream:
+            # Streaming: bounded memory. 16 MiB blocks give row groups of ~150k rows
+            # (pyarrow writes one or more row groups per batch, never merges batches).
+            read = pcsv.ReadOptions(use_threads=False, block_size=16 << 20)
+            reader = pcsv.open_csv(source, read_options=read, convert_options=convert)
+            with pq.ParquetWriter(out, reader.schema, compression="zstd", compression_level=ZSTD_LEVEL) as w:
+                for batch in reader:
+                    w.write_batch(batch)
+            return
+        table = pcsv.read_csv(source, read_options=pcsv.ReadOptions(use_threads=False), convert_options=convert)
+    else:
+        import pyarrow.json as pjson
+
+        table = pjson.read_json(
+            source,
+            read_options=pjson.ReadOptions(use_threads=False),
+            parse_options=pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        )
+    pq.write_table(table, out, compression="zstd", compression_level=ZSTD_LEVEL)
+
+
+def run_duckdb(fmt, compression, src, out, columns):
+    import duckdb
+
+    types = {"int32": "INTEGER", "int64": "BIGINT", "float64": "DOUBLE", "string": "VARCHAR", "timestamp": "TIMESTAMPTZ"}
+    cols = "{" + ", ".join(f"'{c['name']}': '{types[c['type']]}'" for c in columns) + "}"
+    comp = "gzip" if compression == "gzip" else "none"
+    con = duckdb.connect()
+    con.execute("SET threads=1")
+    if fmt == "csv":
+        scan = f"read_csv('{src}', header=true, delim=',', quote='\"', escape='\"', columns={cols}, compression='{comp}', auto_detect=false)"
+    else:
+        scan = f"read_json('{src}', format='newline_delimited', columns={cols}, compression='{comp}')"
+    con.execute(f"COPY (SELECT * FROM {scan}) TO '{out}' (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL {ZSTD_LEVEL})")
+    con.close()
+
+
+def run_polars(fmt, compression, src, out, columns):
+    import polars as pl
+
+    types = {
+        "int32": pl.Int32,
+        "int64": pl.Int64,
+        "float64": pl.Float64,
+        "string": pl.String,
+        "timestamp": pl.Datetime("us", "UTC"),
+    }
+    schema = {c["name"]: types[c["type"]] for c in columns}
+    # read_csv / read_ndjson decompress a .gz path themselves (into memory).
+    if fmt == "csv":
+        df = pl.read_csv(src, schema=schema, quote_char='"')
+    else:
+        df = pl.read_ndjson(src, schema=schema)
+    df.write_parquet(out, compression="zstd", compression_level=ZSTD_LEVEL)
+
+
+def main(argv):
+    if len(argv) != 7:
+        sys.exit(__doc__)
+    _, engine, fmt, compression, src, out, schema_path = argv
+    with open(schema_path) as f:
+        columns = json.load(f)
+    if engine == "pyarrow":
+        run_pyarrow(fmt, compression, src, out, columns)
+    elif engine == "pyarrow-stream":
+        if fmt != "csv":
+            sys.exit("pyarrow-stream is CSV only")
+        run_pyarrow(fmt, compression, src, out, columns, stream=True)
+    elif engine == "duckdb":
+        run_duckdb(fmt, compression, src, out, columns)
+    elif engine == "polars":
+        run_polars(fmt, compression, src, out, columns)
+    else:
+        sys.exit(f"unknown engine {engine!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

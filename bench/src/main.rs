@@ -1,0 +1,594 @@
+//! `tidemark-bench`: the Rust side of the benchmark harness (`bench/run.sh` drives it).
+//!
+//! ```text
+//! tidemark-bench gen --rows N --out DIR
+//!     Writes the deterministic orders dataset: orders.csv, orders.jsonl, their .gz
+//!     versions, schema.json and expected.json (row count and exact sums, for checking
+//!     every engine's Parquet output).
+//! tidemark-bench convert --format csv|jsonl --compression none|gzip IN OUT
+//!     tidemark's converter (`tidemark::convert::convert`) on IN with the bench schema,
+//!     zstd level 3, Parquet to OUT; prints the stats (rows, exact sums) as JSON.
+//! tidemark-bench read --compression none|gzip FILE
+//!     The floor: only read (and decompress) the bytes, through the same 64 KiB buffer
+//!     and gzip decoder (flate2 + zlib-rs) as the converter; prints the byte counts.
+//! tidemark-bench --version
+//!     Prints the version: a whole Rust process with the converter linked, for the
+//!     start-up comparison.
+//! ```
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use flate2::read::MultiGzDecoder;
+use flate2::write::GzEncoder;
+use tidemark::convert::{Compression, ConvertSpec, CsvOptions, InputFormat, convert};
+use tidemark::schema::{ColumnSpec, arrow_schema};
+
+/// The columns of the orders dataset, shared with the Python engines (bench/schema.json).
+const SCHEMA_JSON: &str = include_str!("../schema.json");
+
+/// Columns whose sums the converter reports (every numeric column).
+const SUM_COLUMNS: [&str; 6] = [
+    "order_id",
+    "customer_id",
+    "product_id",
+    "quantity",
+    "unit_price",
+    "total",
+];
+
+type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tidemark-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+const USAGE: &str = "usage: tidemark-bench gen --rows N --out DIR
+       tidemark-bench convert --format csv|jsonl --compression none|gzip IN OUT
+       tidemark-bench read --compression none|gzip FILE
+       tidemark-bench --version";
+
+fn run(args: &[String]) -> Result<()> {
+    let Some((command, rest)) = args.split_first() else {
+        return Err(USAGE.into());
+    };
+    match command.as_str() {
+        "--version" | "-V" => {
+            println!("tidemark-bench {}", env!("CARGO_PKG_VERSION"));
+            Ok(())
+        }
+        "gen" => {
+            let (opts, positional) = parse(rest, &["--rows", "--out"])?;
+            if !positional.is_empty() {
+                return Err(USAGE.into());
+            }
+            let rows = required(&opts, "--rows")?.replace('_', "").parse::<u64>()?;
+            generate(rows, Path::new(required(&opts, "--out")?))
+        }
+        "convert" => {
+            let (opts, positional) = parse(rest, &["--format", "--compression"])?;
+            let [input, output] = positional.as_slice() else {
+                return Err(USAGE.into());
+            };
+            let format = match required(&opts, "--format")? {
+                "csv" => InputFormat::Csv(CsvOptions::default()),
+                "jsonl" => InputFormat::JsonLines,
+                other => return Err(format!("unknown format {other:?}").into()),
+            };
+            let compression = compression(required(&opts, "--compression")?)?;
+            convert_file(format, compression, Path::new(input), Path::new(output))
+        }
+        "read" => {
+            let (opts, positional) = parse(rest, &["--compression"])?;
+            let [input] = positional.as_slice() else {
+                return Err(USAGE.into());
+            };
+            read_file(
+                compression(required(&opts, "--compression")?)?,
+                Path::new(input),
+            )
+        }
+        _ => Err(USAGE.into()),
+    }
+}
+
+/// `--name value` pairs, in order.
+type Options<'a> = Vec<(&'a str, &'a str)>;
+
+/// `--name value` options among `known`, and the positional arguments.
+fn parse<'a>(args: &'a [String], known: &[&'a str]) -> Result<(Options<'a>, Vec<&'a str>)> {
+    let (mut opts, mut positional) = (Vec::new(), Vec::new());
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        if let Some(name) = known.iter().find(|k| **k == arg) {
+            let value = it.next().ok_or_else(|| format!("{name} needs a value"))?;
+            opts.push((*name, value.as_str()));
+        } else if arg.starts_with("--") {
+            return Err(format!("unknown option {arg}\n{USAGE}").into());
+        } else {
+            positional.push(arg.as_str());
+        }
+    }
+    Ok((opts, positional))
+}
+
+fn required<'a>(opts: &[(&str, &'a str)], name: &str) -> Result<&'a str> {
+    opts.iter()
+        .rev()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| format!("missing {name}\n{USAGE}").into())
+}
+
+fn compression(name: &str) -> Result<Compression> {
+    match name {
+        "none" => Ok(Compression::None),
+        "gzip" => Ok(Compression::Gzip),
+        other => Err(format!("unknown compression {other:?}").into()),
+    }
+}
+
+fn columns() -> Vec<ColumnSpec> {
+    serde_json::from_str(SCHEMA_JSON).expect("bench/schema.json is valid")
+}
+
+// ---------------------------------------------------------------------------------
+// convert and read
+
+/// The converter as the ingest path calls it (`Source::convert_spec` with this schema):
+/// default batch and row-group sizes, zstd level 3, the 64 GiB decoded-size cap.
+fn convert_file(
+    format: InputFormat,
+    compression: Compression,
+    input: &Path,
+    output: &Path,
+) -> Result<()> {
+    let mut spec = ConvertSpec::new(format, arrow_schema(&columns()));
+    spec.compression = compression;
+    spec.sum_columns = SUM_COLUMNS.map(String::from).into();
+    spec.max_decoded_bytes = Some(64 << 30);
+    spec.zstd_level = 3;
+    let input = File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;
+    let out = File::create(output).map_err(|e| format!("{}: {e}", output.display()))?;
+    let mut out = BufWriter::with_capacity(1 << 20, out);
+    let stats = convert(input, &spec, &mut out)?;
+    out.into_inner().map_err(|e| e.into_error())?.sync_data()?;
+    println!("{}", serde_json::to_string(&stats)?);
+    Ok(())
+}
+
+/// Reads `input` to the end through the decoder the converter uses, into one reused
+/// 64 KiB buffer (the converter's read buffer size).
+fn read_file(compression: Compression, input: &Path) -> Result<()> {
+    let file = File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;
+    let mut reader: Box<dyn Read> = match compression {
+        Compression::None => Box::new(file),
+        Compression::Gzip => Box::new(MultiGzDecoder::new(file)),
+        Compression::Zstd => return Err("zstd is not benchmarked".into()),
+    };
+    let mut buf = vec![0u8; 64 << 10];
+    let (mut decoded, mut newlines) = (0u64, 0u64);
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                decoded += n as u64;
+                // Touch every byte, as any parser must.
+                newlines += buf[..n].iter().filter(|&&b| b == b'\n').count() as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    println!(
+        "{}",
+        serde_json::json!({"bytes_read": fs::metadata(input)?.len(), "bytes_decoded": decoded, "newlines": newlines})
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------
+// gen
+
+/// splitmix64: a fixed seed makes the dataset identical on every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n`.
+    fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+    }
+
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
+const COUNTRIES: [&str; 24] = [
+    "DE", "FR", "GB", "US", "ES", "IT", "NL", "BE", "AT", "CH", "SE", "NO", "DK", "FI", "PL", "CZ",
+    "PT", "IE", "CA", "AU", "JP", "BR", "MX", "IN",
+];
+
+/// Status and its weight in thousandths.
+const STATUSES: [(&str, u64); 6] = [
+    ("delivered", 500),
+    ("shipped", 200),
+    ("paid", 120),
+    ("pending", 100),
+    ("cancelled", 50),
+    ("returned", 30),
+];
+
+const WORDS: [&str; 48] = [
+    "please",
+    "leave",
+    "at",
+    "the",
+    "door",
+    "ring",
+    "twice",
+    "gift",
+    "wrap",
+    "fragile",
+    "call",
+    "before",
+    "delivery",
+    "back",
+    "entrance",
+    "no",
+    "plastic",
+    "thanks",
+    "urgent",
+    "office",
+    "reception",
+    "floor",
+    "2nd",
+    "left",
+    "side",
+    "box",
+    "neighbour",
+    "Müller",
+    "café",
+    "garden",
+    "shed",
+    "weekend",
+    "only",
+    "after",
+    "5pm",
+    "birthday",
+    "present",
+    "don't",
+    "knock",
+    "dog",
+    "friendly",
+    "parcel",
+    "locker",
+    "code",
+    "1234",
+    "blue",
+    "gate",
+    "Zürich",
+];
+
+/// Exact totals of the generated data, written to expected.json.
+#[derive(Default)]
+struct Expected {
+    rows: u64,
+    int_sums: [i128; 4],     // order_id, customer_id, product_id, quantity
+    cents_sums: [i128; 2],   // unit_price, total (values are cents / 100 exactly)
+    string_bytes: [u64; 4],  // sku, country, status, note: UTF-8 bytes
+    created_at_micros: i128, // sum of the timestamps as microseconds since the epoch
+}
+
+/// One generated row; prices in cents, time in milliseconds since the epoch.
+struct Order<'a> {
+    order_id: i64,
+    customer_id: i64,
+    product_id: i64,
+    quantity: i32,
+    unit_cents: i64,
+    total_cents: i64,
+    country: &'a str,
+    status: &'a str,
+    created_ms: i64,
+    note: String,
+}
+
+/// 2024-01-01T00:00:00Z in milliseconds.
+const START_MS: i64 = 1_704_067_200_000;
+
+fn order<'a>(rng: &mut Rng, i: u64) -> Order<'a> {
+    let product_id = 1 + rng.below(50_000) as i64;
+    let quantity = if rng.below(100) < 95 {
+        1 + rng.below(10)
+    } else {
+        1 + rng.below(500)
+    } as i32;
+    let unit_cents = 99 + rng.below(49_902) as i64;
+    let mut w = rng.below(1000);
+    let status = STATUSES
+        .iter()
+        .find(|(_, weight)| {
+            let hit = w < *weight;
+            w = w.saturating_sub(*weight);
+            hit
+        })
+        .map_or("delivered", |(s, _)| s);
+    let mut note = String::new();
+    for k in 0..1 + rng.below(5) {
+        if k > 0 {
+            note.push(' ');
+        }
+        let word = rng.pick(&WORDS);
+        if rng.below(100) < 12 {
+            note.push('"');
+            note.push_str(word);
+            note.push('"');
+        } else {
+            note.push_str(word);
+        }
+        if rng.below(100) < 20 {
+            note.push(',');
+        }
+    }
+    Order {
+        order_id: 1_000_000_001 + i as i64,
+        customer_id: 1 + rng.below(2_000_000) as i64,
+        product_id,
+        quantity,
+        unit_cents,
+        total_cents: unit_cents * i64::from(quantity),
+        country: rng.pick(&COUNTRIES),
+        status,
+        created_ms: START_MS + i as i64 * 31_000 + rng.below(30_000) as i64,
+        note,
+    }
+}
+
+fn cents(c: i64) -> String {
+    format!("{}.{:02}", c / 100, c % 100)
+}
+
+/// `2024-01-01T00:00:31.123Z`.
+fn iso8601(ms: i64) -> String {
+    let (secs, milli) = (ms.div_euclid(1000), ms.rem_euclid(1000));
+    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
+}
+
+/// Howard Hinnant's days-since-epoch → proleptic Gregorian date.
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+fn csv_field(out: &mut Vec<u8>, s: &str) {
+    if s.contains([',', '"', '\n', '\r']) {
+        out.push(b'"');
+        out.extend_from_slice(s.replace('"', "\"\"").as_bytes());
+        out.push(b'"');
+    } else {
+        out.extend_from_slice(s.as_bytes());
+    }
+}
+
+fn json_string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for c in s.chars() {
+        match c {
+            '"' => out.extend_from_slice(b"\\\""),
+            '\\' => out.extend_from_slice(b"\\\\"),
+            c if (c as u32) < 0x20 => {
+                out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes())
+            }
+            c => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+    out.push(b'"');
+}
+
+const COLUMN_NAMES: &str =
+    "order_id,customer_id,product_id,sku,quantity,unit_price,total,country,status,created_at,note";
+
+fn generate(rows: u64, dir: &Path) -> Result<()> {
+    fs::create_dir_all(dir)?;
+    let path = |name: &str| -> PathBuf { dir.join(name) };
+    // Written under temporary names and renamed at the end, so an interrupted run never
+    // leaves a dataset that looks complete.
+    let tmp = |name: &str| -> Result<BufWriter<File>> {
+        Ok(BufWriter::with_capacity(
+            1 << 20,
+            File::create(path(&format!("{name}.tmp")))?,
+        ))
+    };
+    let mut csv = tmp("orders.csv")?;
+    let mut jsonl = tmp("orders.jsonl")?;
+    let level = flate2::Compression::new(6);
+    let mut csv_gz = GzEncoder::new(tmp("orders.csv.gz")?, level);
+    let mut jsonl_gz = GzEncoder::new(tmp("orders.jsonl.gz")?, level);
+
+    let mut rng = Rng(0x7469_6465_6d61_726b); // "tidemark"
+    let mut expected = Expected::default();
+    let header = format!("{COLUMN_NAMES}\n");
+    csv.write_all(header.as_bytes())?;
+    csv_gz.write_all(header.as_bytes())?;
+    let (mut c, mut j) = (Vec::with_capacity(1 << 20), Vec::with_capacity(2 << 20));
+    for i in 0..rows {
+        let o = order(&mut rng, i);
+        let sku = format!("SKU-{:06}", o.product_id);
+        let (unit, total, created) = (
+            cents(o.unit_cents),
+            cents(o.total_cents),
+            iso8601(o.created_ms),
+        );
+
+        write!(
+            c,
+            "{},{},{},{sku},{},{unit},{total},{},{},{created},",
+            o.order_id, o.customer_id, o.product_id, o.quantity, o.country, o.status
+        )?;
+        csv_field(&mut c, &o.note);
+        c.push(b'\n');
+
+        write!(
+            j,
+            r#"{{"order_id":{},"customer_id":{},"product_id":{},"sku":"{sku}","quantity":{},"unit_price":{unit},"total":{total},"country":"{}","status":"{}","created_at":"{created}","note":"#,
+            o.order_id, o.customer_id, o.product_id, o.quantity, o.country, o.status
+        )?;
+        json_string(&mut j, &o.note);
+        j.extend_from_slice(b"}\n");
+
+        let e = &mut expected;
+        e.rows += 1;
+        e.int_sums[0] += i128::from(o.order_id);
+        e.int_sums[1] += i128::from(o.customer_id);
+        e.int_sums[2] += i128::from(o.product_id);
+        e.int_sums[3] += i128::from(o.quantity);
+        e.cents_sums[0] += i128::from(o.unit_cents);
+        e.cents_sums[1] += i128::from(o.total_cents);
+        e.string_bytes[0] += sku.len() as u64;
+        e.string_bytes[1] += o.country.len() as u64;
+        e.string_bytes[2] += o.status.len() as u64;
+        e.string_bytes[3] += o.note.len() as u64;
+        e.created_at_micros += i128::from(o.created_ms) * 1000;
+
+        if c.len() >= 1 << 20 || i + 1 == rows {
+            csv.write_all(&c)?;
+            csv_gz.write_all(&c)?;
+            jsonl.write_all(&j)?;
+            jsonl_gz.write_all(&j)?;
+            c.clear();
+            j.clear();
+        }
+    }
+    csv.into_inner().map_err(|e| e.into_error())?;
+    jsonl.into_inner().map_err(|e| e.into_error())?;
+    csv_gz.finish()?.into_inner().map_err(|e| e.into_error())?;
+    jsonl_gz
+        .finish()?
+        .into_inner()
+        .map_err(|e| e.into_error())?;
+
+    let e = &expected;
+    let expected_json = serde_json::json!({
+        "rows": e.rows,
+        "seed": "0x74696465_6d61726b",
+        // Exact sums as decimal strings: integers, prices as exact decimals of cents,
+        // timestamps as microseconds since the epoch; strings as total UTF-8 bytes.
+        "sums": {
+            "order_id": e.int_sums[0].to_string(),
+            "customer_id": e.int_sums[1].to_string(),
+            "product_id": e.int_sums[2].to_string(),
+            "quantity": e.int_sums[3].to_string(),
+            "unit_price": decimal_cents(e.cents_sums[0]),
+            "total": decimal_cents(e.cents_sums[1]),
+            "created_at": e.created_at_micros.to_string(),
+        },
+        "string_bytes": {
+            "sku": e.string_bytes[0],
+            "country": e.string_bytes[1],
+            "status": e.string_bytes[2],
+            "note": e.string_bytes[3],
+        },
+    });
+    fs::write(
+        path("expected.json.tmp"),
+        serde_json::to_string_pretty(&expected_json)? + "\n",
+    )?;
+    fs::write(path("schema.json.tmp"), SCHEMA_JSON)?;
+    for name in [
+        "orders.csv",
+        "orders.jsonl",
+        "orders.csv.gz",
+        "orders.jsonl.gz",
+        "schema.json",
+        "expected.json",
+    ] {
+        fs::rename(path(&format!("{name}.tmp")), path(name))?;
+    }
+    for name in [
+        "orders.csv",
+        "orders.jsonl",
+        "orders.csv.gz",
+        "orders.jsonl.gz",
+    ] {
+        println!(
+            "{:>12} bytes  {}",
+            fs::metadata(path(name))?.len(),
+            path(name).display()
+        );
+    }
+    Ok(())
+}
+
+fn decimal_cents(c: i128) -> String {
+    let sign = if c < 0 { "-" } else { "" };
+    format!("{sign}{}.{:02}", c.abs() / 100, c.abs() % 100)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(iso8601(START_MS), "2024-01-01T00:00:00.000Z");
+        assert_eq!(
+            iso8601(START_MS + 59 * 86_400_000 + 3_723_004),
+            "2024-02-29T01:02:03.004Z"
+        );
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn fields() {
+        let mut out = Vec::new();
+        csv_field(&mut out, r#"a "b", c"#);
+        assert_eq!(out, br#""a ""b"", c""#);
+        out.clear();
+        json_string(&mut out, r#"a "b"\"#);
+        assert_eq!(out, br#""a \"b\"\\""#);
+        assert_eq!(decimal_cents(12_345), "123.45");
+        assert_eq!(cents(105), "1.05");
+    }
+
+    #[test]
+    fn the_dataset_is_deterministic() {
+        let notes = |seed| {
+            let mut rng = Rng(seed);
+            (0..50).map(|i| order(&mut rng, i).note).collect::<Vec<_>>()
+        };
+        assert_eq!(notes(1), notes(1));
+        assert_ne!(notes(1), notes(2));
+    }
+}

@@ -5,6 +5,8 @@
 //! A test that cannot reach the stack fails with a message saying how to start it; it never
 //! skips.
 
+pub mod chaos;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

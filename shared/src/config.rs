@@ -321,6 +321,10 @@ pub struct SourceDoc {
     /// default 64 GiB).
     #[serde(default)]
     pub max_decoded_bytes: Option<u64>,
+    /// A record (CSV record or JSON line) longer than this fails the object, found after
+    /// reading at most this much of it (default 8 MiB; see `ConvertSpec::max_record_bytes`).
+    #[serde(default)]
+    pub max_record_bytes: Option<u64>,
     /// Reconciliation settings.
     #[serde(default)]
     pub reconcile: ReconcileDoc,
@@ -533,6 +537,12 @@ impl Source {
         if doc.max_attempts == 0 {
             return Err(invalid(format!("{at}.max_attempts"), "must be at least 1"));
         }
+        if doc.max_record_bytes == Some(0) {
+            return Err(invalid(
+                format!("{at}.max_record_bytes"),
+                "must be at least 1",
+            ));
+        }
         if doc.format == FormatDoc::Jsonl && doc.csv.is_some() {
             return Err(invalid(format!("{at}.csv"), "only for format \"csv\""));
         }
@@ -610,6 +620,9 @@ impl Source {
         spec.compression = compression;
         spec.sum_columns = self.doc.sum_columns.clone();
         spec.max_decoded_bytes = Some(self.doc.max_decoded_bytes.unwrap_or(64 << 30));
+        if let Some(max) = self.doc.max_record_bytes {
+            spec.max_record_bytes = usize::try_from(max).unwrap_or(usize::MAX);
+        }
         spec.empty_strings = match self.doc.empty_strings {
             EmptyStringsDoc::Null => EmptyStrings::Null,
             EmptyStringsDoc::Empty => EmptyStrings::Empty,

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, EncodingType};
 use bytes::Bytes;
 
 use super::failure;
@@ -338,11 +338,12 @@ impl ObjectStore for S3Store {
             .list_objects_v2()
             .bucket(bucket)
             .prefix(prefix)
+            .encoding_type(EncodingType::Url)
             .set_continuation_token(page_token.map(str::to_string))
             .send()
             .await
             .map_err(|e| err("ListObjectsV2", bucket, prefix, &e))?;
-        Ok(list_page(&o))
+        list_page(bucket, &o)
     }
 
     async fn list_after(
@@ -356,28 +357,46 @@ impl ObjectStore for S3Store {
             .list_objects_v2()
             .bucket(bucket)
             .prefix(prefix)
+            .encoding_type(EncodingType::Url)
             .start_after(start_after)
             .send()
             .await
             .map_err(|e| err("ListObjectsV2", bucket, prefix, &e))?;
-        Ok(list_page(&o))
+        list_page(bucket, &o)
     }
 }
 
-fn list_page(o: &aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output) -> ListPage {
-    ListPage {
-        objects: o
-            .contents()
-            .iter()
-            .map(|c| ObjectMeta {
-                key: c.key().unwrap_or_default().to_string(),
+/// A listing page asked for with `encoding-type=url`: keys arrive form-encoded as in event
+/// notifications, because XML text cannot carry most control characters (one such key
+/// would otherwise make every listing of its prefix fail) and turns `\r` into `\n`.
+fn list_page(
+    bucket: &str,
+    o: &aws_sdk_s3::operation::list_objects_v2::ListObjectsV2Output,
+) -> Result<ListPage, StoreError> {
+    let objects = o
+        .contents()
+        .iter()
+        .map(|c| {
+            let raw = c.key().unwrap_or_default();
+            let key = crate::events::decode_form_key(raw).map_err(|e| StoreError {
+                op: "ListObjectsV2",
+                bucket: bucket.to_string(),
+                key: raw.to_string(),
+                message: format!("undecodable key in a url-encoded listing: {e}"),
+                retry: crate::error::Retry::Permanent,
+            })?;
+            Ok(ObjectMeta {
+                key,
                 etag: c.e_tag().map(unquote).unwrap_or_default(),
                 size: c.size().unwrap_or(0).max(0) as u64,
                 version_id: None,
                 last_modified: millis(c.last_modified()),
                 metadata: BTreeMap::new(),
             })
-            .collect(),
+        })
+        .collect::<Result<_, StoreError>>()?;
+    Ok(ListPage {
+        objects,
         next: o.next_continuation_token().map(str::to_string),
-    }
+    })
 }

@@ -6,16 +6,36 @@
 //! module feeds the decoder itself, keeping the bytes of the batch in progress (one
 //! batch at most), and when a batch fails it re-decodes them one record at a time, and
 //! the failing record one column at a time, to name the line, the column and the value.
+//!
+//! The bytes are fed through a [`Scan`] of the CSV structure first, which mirrors
+//! csv-core's state machine. It knows where each record ends, so that a batch can be
+//! closed after [`ConvertSpec::batch_bytes`] at a record boundary and a record longer than
+//! [`ConvertSpec::max_record_bytes`] is refused before arrow-csv buffers it (neither has a
+//! limit of its own); and it refuses what csv-core reads leniently: text after a closing
+//! quote (`"abc"x`, which csv-core reads as `abcx`) and a quoted field still open at the
+//! end of the input (which csv-core closes silently, swallowing the rest of the file
+//! into one field). A quote inside an unquoted field (`ab"c`) is kept as a character, as
+//! every lenient reader does: nothing is lost or changed.
+//!
+//! Decimal, date and timestamp columns are decoded as text and read by [`super::value`],
+//! which refuses what arrow-csv would round, truncate or drop; float columns are checked
+//! for numbers too large for the type (read as infinity).
 
 use std::io::BufRead;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, RecordBatch, StringArray};
+use arrow_array::types::{Float32Type, Float64Type};
+use arrow_array::{
+    Array, ArrayRef, Date32Array, Decimal128Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
+};
+use arrow_cast::parse::Parser;
 use arrow_csv::ReaderBuilder;
 use arrow_csv::reader::Decoder;
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 
+use super::value;
 use super::{
     Batches, ConvertError, ConvertSpec, CsvOptions, EmptyStrings, arrow_message, null_violation,
     nullable,
@@ -27,18 +47,55 @@ pub(super) struct CsvBatches<R> {
     reader: R,
     options: CsvOptions,
     empty_strings: EmptyStrings,
+    batch_rows: usize,
+    batch_bytes: usize,
+    max_record_bytes: usize,
     /// The spec's schema and its column types.
     schema: SchemaRef,
     types: Vec<ColumnType>,
-    /// `schema` with all fields nullable: what batches are decoded against.
+    /// `schema` with all fields nullable: the schema of the batches returned.
     decode_schema: SchemaRef,
+    /// `decode_schema` with the columns read by [`value`] as text: what arrow-csv decodes.
+    read_schema: SchemaRef,
     /// All fields nullable text: decodes any record with the right number of fields.
     text_schema: SchemaRef,
     decoder: Decoder,
+    /// `decoder` has not been fed yet (see [`decode`]).
+    fresh: bool,
     /// Bytes of the records of the batch in progress (or of the header).
     raw: Vec<u8>,
     /// Newlines before `raw`.
     line: u64,
+    /// The structure of the bytes fed so far.
+    scan: Scan,
+}
+
+/// Why feeding the decoder stopped short.
+enum Fill {
+    /// arrow-csv refused the bytes (a wrong number of fields) or the input failed.
+    Arrow(ArrowError),
+    /// The scan found malformed CSV in the record starting at this offset of `raw`.
+    Malformed(usize, ConvertError),
+}
+
+impl From<std::io::Error> for Fill {
+    fn from(e: std::io::Error) -> Self {
+        Fill::Arrow(e.into())
+    }
+}
+
+impl From<ArrowError> for Fill {
+    fn from(e: ArrowError) -> Self {
+        Fill::Arrow(e)
+    }
+}
+
+/// Does a column of this type go through [`value`] (decoded as text by arrow-csv)?
+fn read_exactly(ty: ColumnType) -> bool {
+    matches!(
+        ty,
+        ColumnType::Decimal { .. } | ColumnType::Date | ColumnType::Timestamp
+    )
 }
 
 impl<R: BufRead> CsvBatches<R> {
@@ -50,30 +107,52 @@ impl<R: BufRead> CsvBatches<R> {
         types: Vec<ColumnType>,
     ) -> Result<Self, ConvertError> {
         let decode_schema = nullable(&spec.schema);
-        let text_fields: Vec<_> = spec
-            .schema
+        let text = |f: &Field| Field::new(f.name(), DataType::Utf8, true);
+        let text_fields: Vec<_> = spec.schema.fields().iter().map(|f| text(f)).collect();
+        let read_fields: Vec<_> = decode_schema
             .fields()
             .iter()
-            .map(|f| Field::new(f.name(), DataType::Utf8, true))
+            .zip(&types)
+            .map(|(f, ty)| {
+                if read_exactly(*ty) {
+                    text(f)
+                } else {
+                    f.as_ref().clone()
+                }
+            })
             .collect();
+        let read_schema = Arc::new(Schema::new(read_fields));
         let mut batches = Self {
             reader,
             options,
             empty_strings: spec.empty_strings,
+            batch_rows: spec.batch_rows,
+            batch_bytes: spec.batch_bytes,
+            max_record_bytes: spec.max_record_bytes,
             schema: spec.schema.clone(),
             types,
-            decoder: builder(&options, decode_schema.clone())
+            decoder: builder(&options, read_schema.clone())
                 .with_batch_size(spec.batch_rows)
                 .build_decoder(),
+            fresh: true,
             decode_schema,
+            read_schema,
             text_schema: Arc::new(Schema::new(text_fields)),
             raw: Vec::new(),
             line: 0,
+            scan: Scan::default(),
         };
         if options.header {
-            let mut header = batches.single(batches.text_schema.clone());
-            fill(&mut batches.reader, &mut batches.raw, &mut header)
-                .map_err(|e| batches.field_count_error(0, "header: ", e))?;
+            let header = batches.single(batches.text_schema.clone());
+            let decoder = std::mem::replace(&mut batches.decoder, header);
+            let filled = batches.fill(usize::MAX);
+            batches.decoder = decoder;
+            batches.fresh = true;
+            match filled {
+                Ok(()) => {}
+                Err(Fill::Arrow(e)) => return Err(batches.field_count_error(0, "header: ", e)),
+                Err(Fill::Malformed(_, e)) => return Err(e),
+            }
         }
         Ok(batches)
     }
@@ -83,6 +162,106 @@ impl<R: BufRead> CsvBatches<R> {
         builder(&self.options, schema)
             .with_batch_size(1)
             .build_decoder()
+    }
+
+    /// Feeds the decoder whole records, keeping their bytes in `raw`, until it holds a
+    /// full batch, the records reach `budget` bytes, or the input ends.
+    fn fill(&mut self, budget: usize) -> Result<(), Fill> {
+        loop {
+            // A batch closes by bytes only once it has a record: no record means the end.
+            let has_records = self.decoder.capacity() < self.batch_rows;
+            if self.scan.state == State::StartRecord && self.raw.len() >= budget && has_records {
+                return Ok(());
+            }
+            let buf = self.reader.fill_buf()?;
+            if buf.is_empty() {
+                if matches!(self.scan.state, State::Quoted | State::Escaped) {
+                    let message = "a quoted field is still open at the end of the input";
+                    return Err(self.malformed(message));
+                }
+                self.scan.state = State::StartRecord;
+                decode(&mut self.decoder, &mut self.fresh, &[])?;
+                return Ok(());
+            }
+            let mut scan = self.scan;
+            let found = scan.run(
+                &self.options,
+                self.max_record_bytes,
+                buf,
+                self.raw.len(),
+                budget,
+            );
+            let offer = match found {
+                Found::End => buf.len(),
+                Found::Boundary(n) => n,
+                Found::Malformed(n, message) => {
+                    self.raw.extend_from_slice(&buf[..n]);
+                    self.reader.consume(n);
+                    self.scan = scan;
+                    return Err(self.malformed(message));
+                }
+                Found::TooLong(n) => {
+                    self.raw.extend_from_slice(&buf[..n]);
+                    self.reader.consume(n);
+                    self.scan = scan;
+                    let message = format!(
+                        "the record is longer than the limit of {} bytes (max_record_bytes)",
+                        self.max_record_bytes
+                    );
+                    return Err(self.malformed(message));
+                }
+            };
+            let result = decode(&mut self.decoder, &mut self.fresh, &buf[..offer]);
+            let taken = *result.as_ref().unwrap_or(&offer);
+            self.raw.extend_from_slice(&buf[..taken]);
+            if taken < offer {
+                // The batch is full, at a record boundary: scan just what was taken.
+                scan = self.scan;
+                let base = self.raw.len() - taken;
+                let rescanned =
+                    scan.run(&self.options, usize::MAX, &buf[..taken], base, usize::MAX);
+                if !matches!(rescanned, Found::End) || scan.state != State::StartRecord {
+                    // csv-core and the scan disagree: a bug, never a silent misreading.
+                    let message = "internal error: the CSV scan lost track of the records";
+                    self.reader.consume(taken);
+                    return Err(Fill::Malformed(
+                        self.raw.len(),
+                        ConvertError::parse(Some(self.record_line(self.raw.len())), None, message),
+                    ));
+                }
+            }
+            self.reader.consume(taken);
+            self.scan = scan;
+            result?;
+            if self.decoder.capacity() == 0 {
+                return Ok(());
+            }
+            if matches!(found, Found::Boundary(_)) {
+                if self.decoder.capacity() < self.batch_rows {
+                    return Ok(());
+                }
+                // The scan saw a record end where csv-core saw none: never end the input
+                // early over it.
+                let message = "internal error: the CSV scan lost track of the records";
+                let line = self.record_line(self.raw.len());
+                return Err(Fill::Malformed(
+                    self.raw.len(),
+                    ConvertError::parse(Some(line), None, message),
+                ));
+            }
+        }
+    }
+
+    /// The error for malformed CSV in the record the scan is in.
+    fn malformed(&self, message: impl Into<String>) -> Fill {
+        let column = self.schema.fields().get(self.scan.field);
+        let start = self.scan.record_start.min(self.raw.len());
+        let error = ConvertError::parse(
+            Some(self.record_line(start)),
+            column.map(|f| f.name().as_str()),
+            message,
+        );
+        Fill::Malformed(start, error)
     }
 
     /// The 1-based physical line where the record at `offset` in `raw` starts.
@@ -112,7 +291,57 @@ impl<R: BufRead> CsvBatches<R> {
         ConvertError::parse(line, None, format!("{prefix}{message}"))
     }
 
-    /// Replaces NULLs in text columns with "" if the spec asks for it.
+    /// Reads the text columns of `batch` that stand for decimal, date and timestamp
+    /// columns exactly; `None` if a value does not read (left to [`Self::first_error`]).
+    fn read_exact(&self, batch: RecordBatch) -> Option<RecordBatch> {
+        if !self.types.iter().any(|ty| read_exactly(*ty)) {
+            return Some(batch);
+        }
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(&self.types)
+            .map(|(column, ty)| {
+                if !read_exactly(*ty) {
+                    return Some(column.clone());
+                }
+                let text = column.as_string_opt::<i32>()?;
+                let values = text.iter();
+                Some(match *ty {
+                    ColumnType::Decimal { precision, scale } => Arc::new(
+                        values
+                            .map(|v| {
+                                v.map(|v| value::decimal(v, precision, scale.unsigned_abs()).ok())
+                                    .map_or(Some(None), |v| v.map(Some))
+                            })
+                            .collect::<Option<Decimal128Array>>()?
+                            .with_precision_and_scale(precision, scale)
+                            .ok()?,
+                    ) as ArrayRef,
+                    ColumnType::Date => Arc::new(
+                        values
+                            .map(|v| {
+                                v.map(|v| value::date(v).ok())
+                                    .map_or(Some(None), |v| v.map(Some))
+                            })
+                            .collect::<Option<Date32Array>>()?,
+                    ),
+                    _ => Arc::new(
+                        values
+                            .map(|v| {
+                                v.map(|v| value::timestamp(v).ok())
+                                    .map_or(Some(None), |v| v.map(Some))
+                            })
+                            .collect::<Option<TimestampMicrosecondArray>>()?
+                            .with_data_type(ty.to_arrow()),
+                    ),
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        RecordBatch::try_new(self.decode_schema.clone(), columns).ok()
+    }
+
+    /// Replaces NULLs in string columns with "" if the spec asks for it.
     fn fill_empty_strings(&self, batch: RecordBatch) -> Result<RecordBatch, ConvertError> {
         if self.empty_strings == EmptyStrings::Null {
             return Ok(batch);
@@ -120,12 +349,14 @@ impl<R: BufRead> CsvBatches<R> {
         let columns = batch
             .columns()
             .iter()
-            .map(|column| match column.as_string_opt::<i32>() {
-                Some(text) if text.null_count() > 0 => Arc::new(
+            .zip(&self.types)
+            .map(|(column, ty)| match column.as_string_opt::<i32>() {
+                Some(text) if *ty == ColumnType::String && text.null_count() > 0 => Arc::new(
                     text.iter()
                         .map(|v| Some(v.unwrap_or_default()))
                         .collect::<StringArray>(),
-                ) as ArrayRef,
+                )
+                    as ArrayRef,
                 _ => column.clone(),
             })
             .collect();
@@ -133,32 +364,49 @@ impl<R: BufRead> CsvBatches<R> {
             .map_err(|e| ConvertError::parse(None, None, arrow_message(e)))
     }
 
-    /// Finds the first record in `raw` that does not decode and says where and why;
-    /// `fallback` if they all do.
-    fn diagnose(&self, fallback: ConvertError) -> ConvertError {
+    /// The first record in `raw[..end]` that does not decode, and where and why.
+    fn first_error(&self, end: usize) -> Option<ConvertError> {
         let mut offset = 0;
-        while offset < self.raw.len() {
+        while offset < end {
             let line = self.record_line(offset);
-            let rest = &self.raw[offset..];
+            let rest = &self.raw[offset..end];
             let mut decoder = self.single(self.text_schema.clone());
             let span = match feed(&mut decoder, rest) {
                 Ok(span) => span,
-                Err(e) => return self.field_count_error(offset, "", e),
+                Err(e) => return Some(self.field_count_error(offset, "", e)),
             };
+            if let Err(e) = std::str::from_utf8(&rest[..span]) {
+                return Some(self.invalid_utf8(offset, e.valid_up_to()));
+            }
             let text = match decoder.flush() {
                 Ok(Some(text)) if span > 0 => text,
                 Ok(_) => break,
-                Err(e) => return self.utf8_error(line, e),
+                Err(e) => return Some(self.utf8_error(line, e)),
             };
             let record = &rest[..span];
-            let mut typed = self.single(self.decode_schema.clone());
+            let mut typed = self.single(self.read_schema.clone());
             let parses = feed(&mut typed, record).and_then(|_| typed.flush()).is_ok();
             if let Some(e) = self.check_fields(line, record, &text, parses) {
-                return e;
+                return Some(e);
             }
             offset += span;
         }
-        fallback
+        None
+    }
+
+    /// Invalid UTF-8 `at` bytes into the record at `offset` of `raw`, in the column the
+    /// scan finds there.
+    fn invalid_utf8(&self, offset: usize, at: usize) -> ConvertError {
+        let mut scan = Scan::default();
+        let bytes = &self.raw[offset..offset + at];
+        scan.run(&self.options, usize::MAX, bytes, offset, usize::MAX);
+        let column = self.schema.fields().get(scan.field);
+        let line = self.record_line(offset);
+        ConvertError::parse(
+            Some(line),
+            column.map(|f| f.name().as_str()),
+            "invalid UTF-8",
+        )
     }
 
     /// Reads `e` as arrow-csv's invalid UTF-8 complaint about the record at `line`.
@@ -180,7 +428,8 @@ impl<R: BufRead> CsvBatches<R> {
     }
 
     /// The first field of `record` (decoded as `text`) that does not fit its column;
-    /// values are parsed one by one only if the whole record does not `parse`.
+    /// values arrow-csv reads are parsed one by one only if the whole record does not
+    /// `parse`.
     fn check_fields(
         &self,
         line: u64,
@@ -198,9 +447,11 @@ impl<R: BufRead> CsvBatches<R> {
                 if !field.is_nullable() && !kept {
                     return error("empty value in a non-nullable column".to_owned());
                 }
-            } else if !parses && *ty != ColumnType::String {
+            } else if let Some(message) = exact_error(*ty, value.value(0)) {
+                return error(message);
+            } else if !parses && *ty != ColumnType::String && !read_exactly(*ty) {
                 let mut typed = self.text_schema.fields().to_vec();
-                typed[index] = self.decode_schema.fields()[index].clone();
+                typed[index] = self.read_schema.fields()[index].clone();
                 let mut decoder = self.single(Arc::new(Schema::new(typed)));
                 if feed(&mut decoder, record)
                     .and_then(|_| decoder.flush())
@@ -214,28 +465,185 @@ impl<R: BufRead> CsvBatches<R> {
     }
 }
 
+/// Why `text` is not an exact value of a column of type `ty`, for the types that
+/// [`value`] reads (and floats, whose overflow arrow-csv reads as infinity).
+fn exact_error(ty: ColumnType, text: &str) -> Option<String> {
+    let shown = || format!("{text:?}");
+    match ty {
+        ColumnType::Decimal { precision, scale } => {
+            value::decimal(text, precision, scale.unsigned_abs())
+                .err()
+                .map(|e| value::decimal_message(&shown(), ty, e))
+        }
+        ColumnType::Date => value::date(text).err(),
+        ColumnType::Timestamp => value::timestamp(text).err(),
+        ColumnType::Float64 => Float64Type::parse(text)
+            .is_some_and(|v| v.is_infinite() && !value::spells_infinity(text))
+            .then(|| value::float_overflow(&shown(), ty)),
+        ColumnType::Float32 => Float32Type::parse(text)
+            .is_some_and(|v| v.is_infinite() && !value::spells_infinity(text))
+            .then(|| value::float_overflow(&shown(), ty)),
+        _ => None,
+    }
+}
+
+/// Whether a float column of `batch` holds an infinity (which may stand for an overflow).
+fn has_infinity(batch: &RecordBatch) -> bool {
+    batch.columns().iter().any(|c| {
+        if let Some(a) = c.as_primitive_opt::<Float64Type>() {
+            a.values().iter().any(|v| v.is_infinite())
+        } else if let Some(a) = c.as_primitive_opt::<Float32Type>() {
+            a.values().iter().any(|v| v.is_infinite())
+        } else {
+            false
+        }
+    })
+}
+
 impl<R: BufRead> Batches for CsvBatches<R> {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
         self.line += newlines(&self.raw);
         self.raw.clear();
-        let decoded = fill(&mut self.reader, &mut self.raw, &mut self.decoder)
-            .and_then(|()| self.decoder.flush());
-        let batch = match decoded {
-            Ok(Some(batch)) => self.fill_empty_strings(batch)?,
+        self.scan.record_start = 0;
+        match self.fill(self.batch_bytes) {
+            Ok(()) => {}
+            Err(Fill::Arrow(ArrowError::IoError(_, e))) => return Err(e.into()),
+            Err(Fill::Arrow(e)) => {
+                let fallback = ConvertError::parse(None, None, arrow_message(e));
+                return Err(self.first_error(self.raw.len()).unwrap_or(fallback));
+            }
+            // An error in an earlier record of the batch comes first.
+            Err(Fill::Malformed(start, e)) => return Err(self.first_error(start).unwrap_or(e)),
+        }
+        // Before arrow-csv builds strings: it checks UTF-8 on the concatenated fields only,
+        // so `a\xDA,\x92b` passes as one character split across two fields and becomes two
+        // strings of invalid UTF-8. Delimiters, quotes and terminators are ASCII, so whole
+        // records of valid UTF-8 give fields of valid UTF-8.
+        if std::str::from_utf8(&self.raw).is_err() {
+            let fallback = ConvertError::parse(None, None, "invalid UTF-8");
+            return Err(self.first_error(self.raw.len()).unwrap_or(fallback));
+        }
+        let batch = match self.decoder.flush() {
+            Ok(Some(batch)) => batch,
             Ok(None) => return Ok(None),
             Err(ArrowError::IoError(_, e)) => return Err(e.into()),
             Err(e) => {
                 let fallback = ConvertError::parse(None, None, arrow_message(e));
-                return Err(self.diagnose(fallback));
+                return Err(self.first_error(self.raw.len()).unwrap_or(fallback));
             }
         };
+        let Some(batch) = self.read_exact(batch) else {
+            let fallback = ConvertError::parse(None, None, "a value does not read exactly");
+            return Err(self.first_error(self.raw.len()).unwrap_or(fallback));
+        };
+        if has_infinity(&batch)
+            && let Some(e) = self.first_error(self.raw.len())
+        {
+            return Err(e);
+        }
+        let batch = self.fill_empty_strings(batch)?;
         if let Some((_, column)) = null_violation(&batch, &self.schema) {
             let name = self.schema.field(column).name();
             let fallback =
                 ConvertError::parse(None, Some(name), "missing value in a non-nullable column");
-            return Err(self.diagnose(fallback));
+            return Err(self.first_error(self.raw.len()).unwrap_or(fallback));
         }
         Ok(Some(batch))
+    }
+}
+
+/// Where the scan is in the CSV structure: csv-core's states, less the ones it passes
+/// through without reading a byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+enum State {
+    /// Between records (line terminators here are blank lines, skipped).
+    #[default]
+    StartRecord,
+    /// At the start of a field.
+    StartField,
+    /// In an unquoted field.
+    Unquoted,
+    /// In a quoted field.
+    Quoted,
+    /// After the escape character in a quoted field.
+    Escaped,
+    /// After a quote in a quoted field: its end, or the first of a doubled quote.
+    QuoteEnd,
+}
+
+/// A scan of CSV bytes, across the chunks they arrive in.
+#[derive(Debug, Clone, Copy, Default)]
+struct Scan {
+    state: State,
+    /// The field (0-based) of the current record the scan is in.
+    field: usize,
+    /// Offset in `raw` of the first byte of the current record.
+    record_start: usize,
+}
+
+/// Where a scan of a chunk stopped.
+enum Found {
+    /// It read the whole chunk.
+    End,
+    /// It stopped after this many bytes, at a record boundary past the budget.
+    Boundary(usize),
+    /// The byte at this offset is malformed CSV, for this reason.
+    Malformed(usize, &'static str),
+    /// The record went past `max_record_bytes` at this offset.
+    TooLong(usize),
+}
+
+impl Scan {
+    /// Scans `bytes`, which follow `base` bytes of `raw`, stopping at the first record
+    /// boundary at or past `budget` bytes of `raw`, at malformed CSV, or in a record
+    /// longer than `max_record` bytes.
+    fn run(
+        &mut self,
+        o: &CsvOptions,
+        max_record: usize,
+        bytes: &[u8],
+        base: usize,
+        budget: usize,
+    ) -> Found {
+        let terminator = |b: u8| b == b'\n' || b == b'\r';
+        for (i, &b) in bytes.iter().enumerate() {
+            if self.state == State::StartRecord {
+                if terminator(b) {
+                    continue;
+                }
+                self.state = State::StartField;
+                self.field = 0;
+                self.record_start = base + i;
+            }
+            // The same order of tests as csv-core's NFA (quote, delimiter, terminator).
+            self.state = match self.state {
+                State::StartField if b == o.quote => State::Quoted,
+                State::StartField | State::Unquoted | State::QuoteEnd if b == o.delimiter => {
+                    self.field += 1;
+                    State::StartField
+                }
+                State::StartField | State::Unquoted | State::QuoteEnd if terminator(b) => {
+                    State::StartRecord
+                }
+                State::StartField | State::Unquoted => State::Unquoted,
+                State::Quoted if b == o.quote => State::QuoteEnd,
+                State::Quoted if o.escape == Some(b) => State::Escaped,
+                State::Quoted | State::Escaped => State::Quoted,
+                State::QuoteEnd if b == o.quote => State::Quoted,
+                State::QuoteEnd => {
+                    return Found::Malformed(i, "text after the closing quote of a quoted field");
+                }
+                State::StartRecord => unreachable!("left above"),
+            };
+            if self.state == State::StartRecord {
+                if base + i + 1 >= budget {
+                    return Found::Boundary(i + 1);
+                }
+            } else if base + i + 1 - self.record_start > max_record {
+                return Found::TooLong(i + 1);
+            }
+        }
+        Found::End
     }
 }
 
@@ -252,31 +660,28 @@ fn builder(options: &CsvOptions, schema: SchemaRef) -> ReaderBuilder {
     }
 }
 
-/// Feeds `decoder` from `reader`, keeping the bytes it takes in `raw`, until it has a
-/// full batch or the input ends.
-fn fill(
-    reader: &mut impl BufRead,
-    raw: &mut Vec<u8>,
-    decoder: &mut Decoder,
-) -> Result<(), ArrowError> {
-    loop {
-        let buf = reader.fill_buf()?;
-        let end = buf.is_empty();
-        let result = decoder.decode(buf);
-        let taken = *result.as_ref().unwrap_or(&buf.len());
-        raw.extend_from_slice(&buf[..taken]);
-        reader.consume(taken);
-        result?;
-        if end || decoder.capacity() == 0 {
-            return Ok(());
-        }
+/// Feeds `bytes` to `decoder` (empty: the end of the input). csv-core drops a UTF-8 byte
+/// order mark from the start of the first bytes a reader is given, wherever they are in the
+/// file: the first record after a header, or a record decoded alone. So the first bytes a
+/// decoder is given (`fresh`) go in one byte first, and a byte order mark there stays data
+/// (the file's own is dropped before, by [`super::input`]).
+fn decode(decoder: &mut Decoder, fresh: &mut bool, bytes: &[u8]) -> Result<usize, ArrowError> {
+    if !*fresh || bytes.len() < 2 {
+        *fresh &= bytes.is_empty();
+        return decoder.decode(bytes);
     }
+    let first = decoder.decode(&bytes[..1])?;
+    if first == 0 {
+        return Ok(0);
+    }
+    *fresh = false;
+    Ok(first + decoder.decode(&bytes[1..])?)
 }
 
-/// Feeds `bytes`, which end at a record boundary or at the end of the input, to a
+/// Feeds `bytes`, which end at a record boundary or at the end of the input, to a fresh
 /// one-record decoder; returns how many bytes its record spans.
 fn feed(decoder: &mut Decoder, bytes: &[u8]) -> Result<usize, ArrowError> {
-    let span = decoder.decode(bytes)?;
+    let span = decode(decoder, &mut true, bytes)?;
     if decoder.capacity() != 0 {
         decoder.decode(&[])?;
     }
@@ -357,14 +762,23 @@ mod tests {
         );
         assert_eq!(
             parse_error("a,b,c\n1,x,1\n1,x,12345678901.5\n", &spec),
-            r#"line 3: column "c": cannot parse "12345678901.5" as decimal(12,2)"#,
+            r#"line 3: column "c": cannot parse "12345678901.5" as decimal(12,2): it has more than 10 digits before the point"#,
             "more than 12 digits"
         );
-        let (_, parquet) = run("a,b,c\n1,x,1.005\n1,x,-1.004\n", &spec);
+        assert_eq!(
+            parse_error("a,b,c\n1,x,1.005\n", &spec),
+            r#"line 2: column "c": cannot parse "1.005" as decimal(12,2): it has more than 2 digits after the point and would be rounded"#,
+            "arrow-cast would round it to 1.01"
+        );
+        assert_eq!(
+            parse_error("a,b,c\n1,x,1\n1,x,-1.004\n", &spec),
+            r#"line 3: column "c": cannot parse "-1.004" as decimal(12,2): it has more than 2 digits after the point and would be rounded"#,
+        );
+        let (_, parquet) = run("a,b,c\n1,x,1.500\n1,x,-1e-2\n1,x,\"2.5E1\"\n", &spec);
         assert_eq!(
             parquet.rows,
-            text_rows(&["1|x|1.01", "1|x|-1.00"]),
-            "extra digits round (arrow-cast)"
+            text_rows(&["1|x|1.50", "1|x|-0.01", "1|x|25.00"]),
+            "exact values in any spelling"
         );
         let dated = csv_spec(r#"[{"name":"d","type":"date"},{"name":"t","type":"timestamp"}]"#);
         assert_eq!(
@@ -405,6 +819,78 @@ mod tests {
     fn invalid_utf8_names_its_column() {
         let err = parse_error(b"a,b,c\n1,x,1\n2,\xffy,2\n", &csv_spec(ABC));
         assert_eq!(err, r#"line 3: column "b": invalid UTF-8"#);
+    }
+
+    /// Found by the `csv_vs_csv_core` fuzz target: arrow-csv checks UTF-8 on the fields of
+    /// a batch joined together, so a character split by a delimiter or a line break passes,
+    /// and both fields become strings of invalid UTF-8 (written to Parquet as such).
+    #[test]
+    fn a_character_split_across_fields_is_invalid_utf8() {
+        let two = r#"[{"name":"c0","type":"string"},{"name":"c1","type":"string"}]"#;
+        let mut spec = csv_spec(two);
+        spec.format = InputFormat::Csv(CsvOptions {
+            header: false,
+            ..CsvOptions::default()
+        });
+        for batch_rows in [1, 2, 8192] {
+            spec.batch_rows = batch_rows;
+            assert_eq!(
+                parse_error(b"a\xda,\x92b\n", &spec),
+                r#"line 1: column "c0": invalid UTF-8"#
+            );
+            assert_eq!(
+                parse_error(b"x,y\na+,\xda\n\x92\"c2P\"d\",P", &spec),
+                r#"line 2: column "c1": invalid UTF-8"#,
+                "the fuzz target's input"
+            );
+            assert_eq!(
+                parse_error(b"x,y\n\"\n\xe4\xbd\",\xa0\n", &spec),
+                r#"line 2: column "c0": invalid UTF-8"#,
+                "split by a quote"
+            );
+            assert_eq!(
+                parse_error(b"\r\xdc,\n,\x82z", &spec),
+                r#"line 1: column "c0": invalid UTF-8"#,
+                "split by a line break (the fuzz target's second input)"
+            );
+        }
+        let (_, parquet) = run("你,好\n\"😊\n\",é\n", &spec);
+        assert_eq!(parquet.rows, text_rows(&["你|好", "😊\n|é"]));
+    }
+
+    /// Found by the `csv` fuzz target: csv-core drops a byte order mark from the start of
+    /// the first bytes each reader sees, here the first record after the header. A record
+    /// that was only a byte order mark vanished (no field count error), and with small
+    /// batches the converter took the missing record for the end of the input and
+    /// dropped the rest of the file.
+    #[test]
+    fn a_byte_order_mark_after_the_start_of_the_file_is_data() {
+        let fuzzed = b"in,024-01-02T20:00-05:00\x05z\"\x81\x01\x00\x00,3\n\xef\xbb\xbf\n4,\"two\n";
+        let mut spec = csv_spec(ABC);
+        for (batch_rows, batch_bytes) in [(8, 1), (8192, 8 << 20)] {
+            (spec.batch_rows, spec.batch_bytes) = (batch_rows, batch_bytes);
+            assert_eq!(
+                parse_error(fuzzed, &spec),
+                "line 2: expected 3 fields, got 1",
+                "{batch_rows} rows, {batch_bytes} bytes"
+            );
+            assert_eq!(
+                parse_error("a,b,c\n\u{feff}\n1,x,1\n", &spec),
+                "line 2: expected 3 fields, got 1"
+            );
+            let (_, parquet) = run("a,b,c\n1,\u{feff}x,1\n", &spec);
+            assert_eq!(parquet.rows, text_rows(&["1|\u{feff}x|1.00"]));
+            assert_eq!(
+                parse_error("a,b,c\n\u{feff}1,x,1\n", &spec),
+                r#"line 2: column "a": cannot parse "\u{feff}1" as int32"#,
+                "the first record after the header keeps its byte order mark"
+            );
+            assert_eq!(
+                parse_error("\u{feff}\u{feff}a,b\n1,x,1\n", &spec),
+                "line 1: header: expected 3 fields, got 2",
+                "only the file's first byte order mark is dropped"
+            );
+        }
     }
 
     #[test]
@@ -450,5 +936,237 @@ mod tests {
                 assert!(matches!(e, ConvertError::Parse { .. }), "{e:?}");
             }
         }
+    }
+
+    #[test]
+    fn text_after_a_closing_quote_is_an_error_naming_line_and_column() {
+        let spec = csv_spec(ABC);
+        assert_eq!(
+            parse_error("a,b,c\n1,x,1\n2,\"abc\"x,2\n", &spec),
+            r#"line 3: column "b": text after the closing quote of a quoted field"#,
+            "csv-core would read abcx"
+        );
+        assert_eq!(
+            parse_error("a,b,c\n1,\"two\nlines\" ,1\n", &spec),
+            r#"line 2: column "b": text after the closing quote of a quoted field"#,
+            "the line where the record starts"
+        );
+        assert_eq!(
+            parse_error("\"a\"b,b,c\n1,x,1\n", &spec),
+            r#"line 1: column "a": text after the closing quote of a quoted field"#,
+            "in the header too"
+        );
+    }
+
+    #[test]
+    fn a_quoted_field_open_at_the_end_is_an_error() {
+        let spec = csv_spec(ABC);
+        for input in [
+            "a,b,c\n1,x,1\n2,\"abc,2\n3,y,3\n",
+            "a,b,c\n1,x,1\n2,y,\"3",
+            "a,b,c\n1,x,1\n2,y,\"\"\"",
+        ] {
+            assert_eq!(
+                parse_error(input, &spec),
+                "line 3: column \"".to_owned()
+                    + if input.contains("abc") { "b" } else { "c" }
+                    + "\": a quoted field is still open at the end of the input",
+                "{input:?}: csv-core would close it silently"
+            );
+        }
+        let options = CsvOptions {
+            escape: Some(b'\\'),
+            ..CsvOptions::default()
+        };
+        assert_eq!(
+            parse_error("a,b,c\n1,\"x\\\"\n", &with_options(options)),
+            r#"line 2: column "b": a quoted field is still open at the end of the input"#,
+            "an escaped quote does not close the field"
+        );
+    }
+
+    #[test]
+    fn quotes_that_change_nothing_are_accepted() {
+        let (_, parquet) = run(
+            "a,b,c\n1,ab\"c,1\n2,\"say \"\"hi\"\"\",2\n3,\"\",3\n4,x\"\",4\n",
+            &csv_spec(ABC),
+        );
+        assert_eq!(
+            parquet.rows,
+            text_rows(&[
+                "1|ab\"c|1.00",
+                "2|say \"hi\"|2.00",
+                "3|∅|3.00",
+                "4|x\"\"|4.00"
+            ]),
+            "a quote inside an unquoted field is a character"
+        );
+    }
+
+    #[test]
+    fn exact_columns_refuse_what_arrow_csv_would_change() {
+        let spec = csv_spec(
+            r#"[{"name":"d","type":"date"},{"name":"t","type":"timestamp"},{"name":"f","type":"float64"},{"name":"g","type":"float32"}]"#,
+        );
+        for (row, error) in [
+            (
+                "2024-01-02T23:30:00-05:00,,,",
+                r#"column "d": cannot parse "2024-01-02T23:30:00-05:00" as date: it has a time of day (declare the column as timestamp)"#,
+            ),
+            (
+                ",2024-01-02T03:04:05.1234567Z,,",
+                r#"column "t": cannot parse "2024-01-02T03:04:05.1234567Z" as timestamp: it has digits below the microsecond and would be truncated"#,
+            ),
+            (
+                ",,1e999,",
+                r#"column "f": cannot parse "1e999" as float64: out of range"#,
+            ),
+            (
+                ",,,1e39",
+                r#"column "g": cannot parse "1e39" as float32: out of range"#,
+            ),
+        ] {
+            let input = format!("d,t,f,g\n2024-01-01,2024-01-01T00:00:00Z,1,1\n{row}\n");
+            assert_eq!(parse_error(input, &spec), format!("line 3: {error}"));
+        }
+        let (_, parquet) = run(
+            "d,t,f,g\n2024-01-02,2024-01-02T03:04:05.123456000Z,-inf,Infinity\n",
+            &spec,
+        );
+        assert_eq!(
+            parquet.rows,
+            text_rows(&["2024-01-02|2024-01-02T03:04:05.123456Z|-inf|inf"]),
+            "infinity spelled out, and zeros below the microsecond, are exact"
+        );
+    }
+
+    /// Records split over batches by bytes (`batch_bytes`) and rows read the same as in
+    /// one batch, whatever the terminators, quotes and blank lines around the cut.
+    #[test]
+    fn batches_cut_by_bytes_read_the_same_records() {
+        let input = "a,b,c\r\n1,\"x\r\ny\",1\r\n\r\n2,\"\"\"q\"\"\",2\n\n\n3,z,3\r4,w,4\n5,\"\",5";
+        let whole = run(input, &csv_spec(ABC)).1.rows;
+        assert_eq!(whole.len(), 5);
+        for batch_bytes in 1..input.len() + 2 {
+            for batch_rows in [1, 2, 3, 100] {
+                let mut spec = csv_spec(ABC);
+                spec.batch_bytes = batch_bytes;
+                spec.batch_rows = batch_rows;
+                assert_eq!(
+                    run(input, &spec).1.rows,
+                    whole,
+                    "{batch_bytes} bytes, {batch_rows} rows"
+                );
+            }
+        }
+        let mut spec = csv_spec(ABC);
+        spec.batch_bytes = 7;
+        let input = "a,b,c\n1,x,1\n2,y,2\n3,z,3\n4,w,4\n5,v,five\n";
+        assert_eq!(
+            parse_error(input, &spec),
+            r#"line 6: column "c": cannot parse "five" as decimal(12,2)"#
+        );
+    }
+
+    #[test]
+    fn a_long_record_is_refused_naming_its_line() {
+        let mut spec = csv_spec(ABC);
+        spec.max_record_bytes = 10;
+        let (_, parquet) = run("a,b,c\n1,abcdef,1\n", &spec);
+        assert_eq!(parquet.rows.len(), 1, "10 bytes are allowed");
+        assert_eq!(
+            parse_error("a,b,c\n1,abcdef,1\n2,\"abc\ndefg\",2\n", &spec),
+            r#"line 3: column "b": the record is longer than the limit of 10 bytes (max_record_bytes)"#,
+            "a quoted newline does not end a record"
+        );
+        assert_eq!(
+            parse_error("a,b,c,ddddddddd\n1,x,1\n", &spec),
+            "line 1: the record is longer than the limit of 10 bytes (max_record_bytes)",
+        );
+    }
+
+    /// The converter reads what arrow-csv (csv-core) reads, except where csv-core is
+    /// lenient (text after a closing quote, a quote left open): the scan that finds
+    /// record boundaries never disagrees with csv-core on any input.
+    #[test]
+    fn the_scan_agrees_with_csv_core() {
+        use arrow_cast::display::{ArrayFormatter, FormatOptions};
+
+        const ALPHABET: &[u8] = b"ab,,\"\"\\\r\n\n ;'";
+        let mut state = 0x243f_6a88_85a3_08d3_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut agreed, mut refused) = (0, 0);
+        for round in 0..12_000 {
+            let len = (next() % 40) as usize;
+            let input: Vec<u8> = (0..len)
+                .map(|_| ALPHABET[next() as usize % ALPHABET.len()])
+                .collect();
+            let columns = 1 + round % 3;
+            let schema: Vec<String> = (0..columns)
+                .map(|i| format!(r#"{{"name":"c{i}","type":"string"}}"#))
+                .collect();
+            let options = CsvOptions {
+                delimiter: if round % 5 == 0 { b';' } else { b',' },
+                quote: if round % 7 == 0 { b'\'' } else { b'"' },
+                escape: (round % 4 == 0).then_some(b'\\'),
+                header: round % 2 == 0,
+            };
+            let mut spec = csv_spec(&format!("[{}]", schema.join(",")));
+            spec.format = InputFormat::Csv(options);
+            spec.batch_rows = 1 + (next() % 4) as usize;
+            spec.batch_bytes = 1 + (next() % 16) as usize;
+
+            let mut out = Vec::new();
+            let ours = convert(&input[..], &spec, &mut out);
+            let reader = builder(&options, nullable(&spec.schema))
+                .with_header(options.header)
+                .with_batch_size(3)
+                .build(&input[..])
+                .unwrap();
+            let theirs: Result<Vec<Vec<String>>, _> = reader
+                .map(|batch| {
+                    let batch = batch?;
+                    let format = FormatOptions::default().with_null("∅");
+                    let cells: Vec<_> = batch
+                        .columns()
+                        .iter()
+                        .map(|c| ArrayFormatter::try_new(c.as_ref(), &format).unwrap())
+                        .collect();
+                    Ok::<_, ArrowError>(
+                        (0..batch.num_rows())
+                            .map(|r| cells.iter().map(|f| f.value(r).to_string()).collect())
+                            .collect::<Vec<_>>(),
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(|b| b.concat());
+            match (ours, theirs) {
+                (Ok(_), Ok(rows)) => {
+                    agreed += 1;
+                    assert_eq!(read_parquet(out).rows, rows, "{input:?} {options:?}");
+                }
+                (Err(e), Ok(_)) => {
+                    let e = e.to_string();
+                    assert!(
+                        e.contains("closing quote") || e.contains("still open"),
+                        "{input:?} {options:?}: only leniency is refused, not {e}"
+                    );
+                    refused += 1;
+                }
+                (Ok(_), Err(e)) => panic!("{input:?} {options:?}: csv-core refuses it: {e}"),
+                (Err(e), Err(_)) => {
+                    assert!(!e.to_string().contains("internal"), "{input:?}: {e}")
+                }
+            }
+        }
+        assert!(
+            agreed > 1000 && refused > 400,
+            "{agreed} agreed, {refused} refused"
+        );
     }
 }

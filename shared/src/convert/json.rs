@@ -5,22 +5,43 @@
 //! not exactly one complete JSON value fails on the spot with its number, and when
 //! turning a batch into columns fails (a value of the wrong type, a line that is not
 //! an object), its lines are decoded again one by one to find the first bad one.
+//!
+//! A line is read only up to [`ConvertSpec::max_record_bytes`], and a batch closes once
+//! its lines reach [`ConvertSpec::batch_bytes`], so memory stays bounded whatever the input. Columns whose
+//! arrow-json reading would change a value (integers, decimals, dates, timestamps,
+//! floats; see [`super::value`]) are decoded by [`Strict`], and an object holding a
+//! column's key twice is refused rather than read as its last value.
 
-use std::io::BufRead;
+use std::collections::HashMap;
+use std::io::{BufRead, Read};
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::builder::PrimitiveBuilder;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    ArrowPrimitiveType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int32Type, Int64Type,
+    TimestampMicrosecondType,
+};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_cast::parse::Parser;
 use arrow_json::ReaderBuilder;
-use arrow_json::reader::Decoder;
-use arrow_schema::{ArrowError, Schema, SchemaRef};
+use arrow_json::reader::{
+    ArrayDecoder, Decoder, DecoderContext, DecoderFactory, Tape, TapeElement,
+};
+use arrow_schema::{ArrowError, DataType, FieldRef, Schema, SchemaRef};
 
+use super::value;
 use super::{Batches, ConvertError, ConvertSpec, arrow_message, null_violation, nullable};
+use crate::schema::ColumnType;
 
 /// Record batches decoded from JSON Lines text.
 pub(super) struct JsonBatches<R> {
     reader: R,
     batch_rows: usize,
+    batch_bytes: usize,
+    max_record_bytes: usize,
     /// The spec's schema.
     schema: SchemaRef,
     /// `schema` with all fields nullable: what batches are decoded against.
@@ -44,6 +65,8 @@ impl<R: BufRead> JsonBatches<R> {
         Ok(Self {
             reader,
             batch_rows: spec.batch_rows,
+            batch_bytes: spec.batch_bytes,
+            max_record_bytes: spec.max_record_bytes,
             schema: spec.schema.clone(),
             decode_schema,
             decoder,
@@ -58,13 +81,27 @@ impl<R: BufRead> JsonBatches<R> {
     fn fill(&mut self) -> Result<(), ConvertError> {
         self.buf.clear();
         self.rows.clear();
-        while !self.end && self.rows.len() < self.batch_rows {
+        // Room for the longest line allowed and its terminator (CRLF at most).
+        let limit = (self.max_record_bytes as u64).saturating_add(2);
+        while !self.end && self.rows.len() < self.batch_rows && self.buf.len() < self.batch_bytes {
             let start = self.buf.len();
-            if self.reader.read_until(b'\n', &mut self.buf)? == 0 {
+            let read = (&mut self.reader)
+                .take(limit)
+                .read_until(b'\n', &mut self.buf)?;
+            if read == 0 {
                 self.end = true;
                 break;
             }
             self.line += 1;
+            let line = &self.buf[start..];
+            let line = line.strip_suffix(b"\n").unwrap_or(line);
+            if line.strip_suffix(b"\r").unwrap_or(line).len() > self.max_record_bytes {
+                let message = format!(
+                    "the line is longer than the limit of {} bytes (max_record_bytes)",
+                    self.max_record_bytes
+                );
+                return Err(ConvertError::parse(Some(self.line), None, message));
+            }
             if self.buf[start..].trim_ascii().is_empty() {
                 self.buf.truncate(start);
                 continue;
@@ -73,6 +110,9 @@ impl<R: BufRead> JsonBatches<R> {
                 self.buf.push(b'\n');
             }
             let text = &self.buf[start..];
+            if std::str::from_utf8(text).is_err() {
+                return Err(ConvertError::parse(Some(self.line), None, "invalid UTF-8"));
+            }
             let before = self.decoder.len();
             let taken = self
                 .decoder
@@ -143,6 +183,7 @@ impl<R: BufRead> Batches for JsonBatches<R> {
 fn decoder(schema: &Schema, batch_rows: usize) -> Result<Decoder, ArrowError> {
     ReaderBuilder::new(Arc::new(schema.clone()))
         .with_batch_size(batch_rows)
+        .with_decoder_factory(Arc::new(Strict))
         .build_decoder()
 }
 
@@ -151,6 +192,250 @@ fn decode_line(schema: &Schema, line: &[u8]) -> Result<(), ArrowError> {
     let mut decoder = decoder(schema, 1)?;
     decoder.decode(line)?;
     decoder.flush().map(drop)
+}
+
+/// The [`DecoderFactory`] of the converter: exact decoders for the column types whose
+/// arrow-json decoders would change a value, and a root that refuses duplicate keys.
+#[derive(Debug)]
+struct Strict;
+
+impl DecoderFactory for Strict {
+    fn make_default_decoder(
+        &self,
+        ctx: &DecoderContext,
+        field: &FieldRef,
+        is_nullable: bool,
+    ) -> Result<Option<Box<dyn ArrayDecoder>>, ArrowError> {
+        // The root of the schema is the only struct: columns are never nested.
+        if let DataType::Struct(fields) = field.data_type() {
+            let index = fields
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (f.name().clone(), i))
+                .collect();
+            return Ok(Some(Box::new(Root {
+                inner: ctx.make_builtin_decoder(field, is_nullable)?,
+                index,
+                seen: vec![0; fields.len()],
+                generation: 0,
+            })));
+        }
+        let Some(ty) = ColumnType::from_arrow(field.data_type()) else {
+            return Ok(None);
+        };
+        let decoder: Box<dyn ArrayDecoder> = match ty {
+            ColumnType::Int32 => Box::new(Whole::<Int32Type>::new(ty, i32::MIN, i32::MAX)),
+            ColumnType::Int64 => Box::new(Whole::<Int64Type>::new(ty, i64::MIN, i64::MAX)),
+            ColumnType::Decimal { .. } => Box::new(Exact { ty }),
+            ColumnType::Date | ColumnType::Timestamp => Box::new(Exact { ty }),
+            ColumnType::Float32 | ColumnType::Float64 => Box::new(Finite {
+                inner: ctx.make_builtin_decoder(field, is_nullable)?,
+                ty,
+            }),
+            ColumnType::String | ColumnType::Bool => return Ok(None),
+        };
+        Ok(Some(decoder))
+    }
+}
+
+fn json_error(message: String) -> ArrowError {
+    ArrowError::JsonError(message)
+}
+
+/// The row objects: arrow-json's own decoder, after checking that no object holds a
+/// column's key twice (arrow-json would keep the last value).
+struct Root {
+    inner: Box<dyn ArrayDecoder>,
+    /// Column index by key.
+    index: HashMap<String, usize>,
+    /// The generation (row) in which each column was last seen.
+    seen: Vec<u64>,
+    generation: u64,
+}
+
+impl ArrayDecoder for Root {
+    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
+        if !self.index.is_empty() {
+            for &p in pos {
+                // Anything but an object is the inner decoder's to refuse.
+                let TapeElement::StartObject(end) = tape.get(p) else {
+                    continue;
+                };
+                self.generation += 1;
+                let mut at = p + 1;
+                while at < end {
+                    let TapeElement::String(key) = tape.get(at) else {
+                        break;
+                    };
+                    let key = tape.get_string(key);
+                    if let Some(&column) = self.index.get(key) {
+                        if self.seen[column] == self.generation {
+                            return Err(json_error(format!(
+                                "whilst decoding field '{key}': the key appears twice in the object"
+                            )));
+                        }
+                        self.seen[column] = self.generation;
+                    }
+                    at = tape.next(at + 1, "field value")?;
+                }
+            }
+        }
+        self.inner.decode(tape, pos)
+    }
+}
+
+/// An integer column: integer strings as arrow-cast reads them, and numbers only when they
+/// are whole (`1.0` and `1e3` are; `1.5` is an error, where arrow-json truncates it).
+struct Whole<T> {
+    ty: ColumnType,
+    /// The range of the type.
+    min: i128,
+    max: i128,
+    _type: PhantomData<fn(T) -> T>,
+}
+
+impl<T> Whole<T> {
+    fn new(ty: ColumnType, min: impl Into<i128>, max: impl Into<i128>) -> Self {
+        Self {
+            ty,
+            min: min.into(),
+            max: max.into(),
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<T> ArrayDecoder for Whole<T>
+where
+    T: ArrowPrimitiveType + Parser,
+    T::Native: TryFrom<i128>,
+{
+    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
+        let (ty, min, max) = (self.ty, self.min, self.max);
+        let mut builder = PrimitiveBuilder::<T>::with_capacity(pos.len());
+        for &p in pos {
+            let value = match tape.get(p) {
+                TapeElement::Null => {
+                    builder.append_null();
+                    continue;
+                }
+                TapeElement::String(s) => {
+                    let s = tape.get_string(s);
+                    T::parse(s).ok_or_else(|| json_error(format!("cannot parse {s:?} as {ty}")))?
+                }
+                TapeElement::Number(s) => {
+                    let whole = value::whole_number(tape.get_string(s), ty, min, max)
+                        .map_err(json_error)?;
+                    // In range: checked by `whole_number`.
+                    T::Native::try_from(whole)
+                        .map_err(|_| json_error(format!("{whole} is out of range for {ty}")))?
+                }
+                _ => return Err(tape.error(p, &ty.to_string())),
+            };
+            builder.append_value(value);
+        }
+        Ok(Arc::new(builder.finish()))
+    }
+}
+
+/// A decimal, date or timestamp column, read exactly (see [`value`]). Dates and
+/// timestamps are strings: a number would be read by arrow-json as days or microseconds
+/// since the epoch, which no writer of JSON means by it.
+struct Exact {
+    ty: ColumnType,
+}
+
+impl Exact {
+    fn decimal(&self, text: &str, shown: &str) -> Result<i128, ArrowError> {
+        let ColumnType::Decimal { precision, scale } = self.ty else {
+            unreachable!("a decimal decoder has a decimal type")
+        };
+        // The scale is at least 0 (see `schema`).
+        value::decimal(text, precision, scale.unsigned_abs())
+            .map_err(|e| json_error(value::decimal_message(shown, self.ty, e)))
+    }
+}
+
+impl ArrayDecoder for Exact {
+    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
+        let ty = self.ty;
+        macro_rules! read {
+            ($arrow:ty, |$text:ident, $shown:ident| $string:expr, |$literal:ident| $number:expr) => {{
+                let mut builder = PrimitiveBuilder::<$arrow>::with_capacity(pos.len())
+                    .with_data_type(ty.to_arrow());
+                for &p in pos {
+                    match tape.get(p) {
+                        TapeElement::Null => builder.append_null(),
+                        TapeElement::String(s) => {
+                            let $text = tape.get_string(s);
+                            let $shown = format!("{:?}", $text);
+                            builder.append_value($string?);
+                        }
+                        TapeElement::Number(s) => {
+                            let $literal = tape.get_string(s);
+                            builder.append_value($number?);
+                        }
+                        _ => return Err(tape.error(p, &ty.to_string())),
+                    }
+                }
+                Arc::new(builder.finish()) as ArrayRef
+            }};
+        }
+        Ok(match ty {
+            ColumnType::Decimal { .. } => read!(
+                Decimal128Type,
+                |text, shown| self.decimal(text, &shown),
+                |literal| self.decimal(literal, literal)
+            ),
+            ColumnType::Date => read!(
+                Date32Type,
+                |text, _shown| value::date(text).map_err(json_error),
+                |literal| Err::<i32, _>(json_error(format!(
+                    "cannot parse {literal} as date: write dates as strings such as \"2024-01-31\""
+                )))
+            ),
+            _ => read!(
+                TimestampMicrosecondType,
+                |text, _shown| value::timestamp(text).map_err(json_error),
+                |literal| Err::<i64, _>(json_error(format!(
+                    "cannot parse {literal} as timestamp: write times as RFC 3339 strings such as \"2024-01-31T12:00:00Z\""
+                )))
+            ),
+        })
+    }
+}
+
+/// A float column: arrow-json's own decoder, refusing a finite number too large for the
+/// type (which it reads as infinity); `"inf"` and `"-Infinity"` as strings stay infinite.
+struct Finite {
+    inner: Box<dyn ArrayDecoder>,
+    ty: ColumnType,
+}
+
+impl ArrayDecoder for Finite {
+    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
+        let array = self.inner.decode(tape, pos)?;
+        let infinite: Vec<bool> = if let Some(a) = array.as_primitive_opt::<Float64Type>() {
+            a.iter().map(|v| v.is_some_and(f64::is_infinite)).collect()
+        } else if let Some(a) = array.as_primitive_opt::<Float32Type>() {
+            a.iter().map(|v| v.is_some_and(f32::is_infinite)).collect()
+        } else {
+            return Ok(array);
+        };
+        for (&p, _) in pos.iter().zip(&infinite).filter(|(_, inf)| **inf) {
+            let out_of_range = match tape.get(p) {
+                TapeElement::Number(s) => Some(tape.get_string(s).to_string()),
+                TapeElement::String(s) if !value::spells_infinity(tape.get_string(s)) => {
+                    Some(format!("{:?}", tape.get_string(s)))
+                }
+                _ => None,
+            };
+            if let Some(shown) = out_of_range {
+                return Err(json_error(value::float_overflow(&shown, self.ty)));
+            }
+        }
+        Ok(array)
+    }
 }
 
 #[cfg(test)]
@@ -188,10 +473,10 @@ mod tests {
         let err = parse_error(&input, &spec);
         assert_eq!(
             err,
-            r#"line 16: column "b": Invalid decimal format: "nine""#
+            r#"line 16: column "b": cannot parse "nine" as decimal(12,2)"#
         );
         let err = parse_error("{\"a\":1}\n{\"b\":1,\"a\":\"x\"}\n", &spec);
-        assert_eq!(err, r#"line 2: column "a": failed to parse "x" as Int32"#);
+        assert_eq!(err, r#"line 2: column "a": cannot parse "x" as int32"#);
     }
 
     #[test]
@@ -223,8 +508,13 @@ mod tests {
 
     #[test]
     fn invalid_utf8_is_a_parse_error() {
-        let err = parse_error(b"{\"a\":1}\n{\"a\":2,\"b\":\"\xff\"}\n", &json_spec(AB));
-        assert!(err.starts_with("line 2: "), "{err}");
+        for input in [
+            &b"{\"a\":1}\n{\"a\":2,\"b\":\"\xff\"}\n"[..],
+            b"{\"a\":1}\n{\"a\":2,\"x\":\"x\xda\",\"\x92\":1}\n",
+            b"{\"a\":1}\n{\"a\":2}\xc3\n",
+        ] {
+            assert_eq!(parse_error(input, &json_spec(AB)), "line 2: invalid UTF-8");
+        }
     }
 
     #[test]
@@ -243,6 +533,139 @@ mod tests {
                 matches!(err, ConvertError::Parse { line: Some(1), .. }),
                 "{input:?}: {err:?}"
             );
+        }
+    }
+
+    const TYPED: &str = r#"[{"name":"i","type":"int32"},{"name":"l","type":"int64"},{"name":"d","type":"decimal(12,2)"},{"name":"day","type":"date"},{"name":"t","type":"timestamp"},{"name":"f","type":"float64"},{"name":"g","type":"float32"}]"#;
+
+    #[test]
+    fn values_arrow_json_would_change_are_errors_naming_line_and_column() {
+        let spec = json_spec(TYPED);
+        for (line, error) in [
+            (
+                r#"{"i":1.5}"#,
+                r#"column "i": cannot parse 1.5 as int32: it is not a whole number"#,
+            ),
+            (
+                r#"{"l":-0.25e1}"#,
+                r#"column "l": cannot parse -0.25e1 as int64: it is not a whole number"#,
+            ),
+            (
+                r#"{"i":2147483648}"#,
+                r#"column "i": cannot parse 2147483648 as int32: out of range"#,
+            ),
+            (
+                r#"{"i":"1.5"}"#,
+                r#"column "i": cannot parse "1.5" as int32"#,
+            ),
+            (
+                r#"{"d":1.005}"#,
+                r#"column "d": cannot parse 1.005 as decimal(12,2): it has more than 2 digits after the point and would be rounded"#,
+            ),
+            (
+                r#"{"d":"1.005"}"#,
+                r#"column "d": cannot parse "1.005" as decimal(12,2): it has more than 2 digits after the point and would be rounded"#,
+            ),
+            (
+                r#"{"d":1e11}"#,
+                r#"column "d": cannot parse 1e11 as decimal(12,2): it has more than 10 digits before the point"#,
+            ),
+            (
+                r#"{"day":"2024-01-02T23:30:00-05:00"}"#,
+                r#"column "day": cannot parse "2024-01-02T23:30:00-05:00" as date: it has a time of day (declare the column as timestamp)"#,
+            ),
+            (
+                r#"{"day":19000}"#,
+                r#"column "day": cannot parse 19000 as date: write dates as strings such as "2024-01-31""#,
+            ),
+            (
+                r#"{"t":"2024-01-02T03:04:05.1234567Z"}"#,
+                r#"column "t": cannot parse "2024-01-02T03:04:05.1234567Z" as timestamp: it has digits below the microsecond and would be truncated"#,
+            ),
+            (
+                r#"{"t":1700000000}"#,
+                r#"column "t": cannot parse 1700000000 as timestamp: write times as RFC 3339 strings such as "2024-01-31T12:00:00Z""#,
+            ),
+            (
+                r#"{"f":1e999}"#,
+                r#"column "f": cannot parse 1e999 as float64: out of range"#,
+            ),
+            (
+                r#"{"g":"1e39"}"#,
+                r#"column "g": cannot parse "1e39" as float32: out of range"#,
+            ),
+            (r#"{"i":{}}"#, r#"column "i": expected int32 got {}"#),
+            (
+                r#"{"d":[1]}"#,
+                r#"column "d": expected decimal(12,2) got [1]"#,
+            ),
+            (
+                r#"{"t":true}"#,
+                r#"column "t": expected timestamp got true"#,
+            ),
+        ] {
+            let input = format!("{{\"i\":1}}\n\n{line}\n");
+            assert_eq!(
+                parse_error(&input, &spec),
+                format!("line 3: {error}"),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn exact_values_in_any_spelling_are_read() {
+        let input = r#"{"i":1.0,"l":"-7","d":1.500,"day":"2024-02-29","t":"2024-01-02T03:04:05.123456000+01:00","f":"-inf","g":"Infinity"}
+{"i":1e3,"l":9007199254740993.0,"d":"-2.5e-1","f":1e308,"g":1.5}
+"#;
+        let (_, parquet) = run(input, &json_spec(TYPED));
+        assert_eq!(
+            parquet.rows,
+            text_rows(&[
+                "1|-7|1.50|2024-02-29|2024-01-02T02:04:05.123456Z|-inf|inf",
+                "1000|9007199254740993|-0.25|∅|∅|1e308|1.5",
+            ])
+        );
+    }
+
+    #[test]
+    fn a_key_given_twice_is_an_error() {
+        let spec = json_spec(AB);
+        assert_eq!(
+            parse_error("{\"a\":1}\n{\"a\":1,\"b\":2,\"a\":3}\n", &spec),
+            r#"line 2: column "a": the key appears twice in the object"#,
+            "arrow-json would keep the last value"
+        );
+        let (_, parquet) = run("{\"a\":1,\"x\":1,\"x\":2}\n", &spec);
+        assert_eq!(
+            parquet.rows,
+            text_rows(&["1|∅"]),
+            "keys not in the schema are ignored"
+        );
+    }
+
+    #[test]
+    fn a_long_line_is_refused_naming_it() {
+        let mut spec = json_spec(AB);
+        spec.max_record_bytes = 12;
+        let (_, parquet) = run("{\"a\":123456}\r\n", &spec);
+        assert_eq!(parquet.rows.len(), 1, "12 bytes and a CRLF are allowed");
+        assert_eq!(
+            parse_error("{\"a\":1}\n{\"a\":1234567}\n", &spec),
+            "line 2: the line is longer than the limit of 12 bytes (max_record_bytes)"
+        );
+    }
+
+    #[test]
+    fn batches_cut_by_bytes_read_the_same_rows() {
+        let input = "{\"a\":1}\n\n{\"a\":2,\"b\":\"2.5\"}\r\n{\"a\":3}\n   \n{\"b\":null,\"a\":4}";
+        let whole = run(input, &json_spec(AB)).1.rows;
+        assert_eq!(whole.len(), 4);
+        for batch_bytes in 1..input.len() + 2 {
+            let mut spec = json_spec(AB);
+            spec.batch_bytes = batch_bytes;
+            spec.batch_rows = 3;
+            assert_eq!(run(input, &spec).1.rows, whole, "{batch_bytes} bytes");
         }
     }
 }

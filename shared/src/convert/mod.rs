@@ -7,7 +7,15 @@
 //! [`ConvertSpec::row_group_rows`] rows or 64 MiB, so memory stays bounded whatever the
 //! object's size. Input is untrusted: malformed bytes end in a [`ConvertError`] that
 //! says where (1-based physical line of the decompressed file, column), never in a
-//! panic, and [`ConvertSpec::max_decoded_bytes`] stops decompression bombs.
+//! panic; [`ConvertSpec::max_decoded_bytes`] stops decompression bombs, and
+//! [`ConvertSpec::max_record_bytes`] and [`ConvertSpec::batch_bytes`] bound what one
+//! record and one batch hold, so that an endless line cannot exhaust memory.
+//!
+//! A value is stored exactly or refused: where the Arrow readers would round a decimal,
+//! truncate a fraction, sub-microsecond digits or a time of day, read an overflowing
+//! float as infinity, keep the last of a JSON key given twice, or read `"abc"x` in CSV
+//! as `abcx`, the conversion fails naming the line and column instead. A bad row fails
+//! the whole object: there is no rejects file, so an output is always the whole source.
 
 mod csv;
 mod input;
@@ -15,6 +23,7 @@ mod json;
 mod stats;
 #[cfg(test)]
 mod testutil;
+mod value;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -35,6 +44,9 @@ pub use stats::{ConvertStats, ParseSumError, SumValue};
 /// Size at which the Parquet writer closes a row group even if it has fewer rows than
 /// [`ConvertSpec::row_group_rows`] (estimated encoded size).
 const MAX_ROW_GROUP_BYTES: usize = 64 << 20;
+
+/// Default of [`ConvertSpec::max_record_bytes`]: 8 MiB.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 8 << 20;
 
 /// Compression of the input object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -121,11 +133,22 @@ pub struct ConvertSpec {
     pub sum_columns: Vec<String>,
     /// Rows decoded at a time (default 8192).
     pub batch_rows: usize,
+    /// Input bytes after which a batch is closed at the next record boundary even if it
+    /// has fewer than `batch_rows` rows, so that wide rows do not make batches (and the
+    /// memory they take) large (default 8 MiB).
+    pub batch_bytes: usize,
     /// Rows per Parquet row group at most (default 1,048,576); a row group is also
     /// closed when its estimated encoded size reaches 64 MiB.
     pub row_group_rows: usize,
     /// Decompressed size at which to give up with [`ConvertError::TooLarge`].
     pub max_decoded_bytes: Option<u64>,
+    /// Longest record accepted, in decompressed bytes without its line terminator: a
+    /// JSON line, or a CSV record (which quoted newlines may spread over several lines).
+    /// A longer one is a [`ConvertError::Parse`] naming its line, found after reading at
+    /// most this many bytes of it (plus a 64 KiB buffer), so that one endless line
+    /// cannot exhaust memory: neither arrow-csv nor arrow-json bounds a record, both
+    /// buffer it whole. Default [`DEFAULT_MAX_RECORD_BYTES`].
+    pub max_record_bytes: usize,
     /// How empty CSV fields of string columns are read.
     pub empty_strings: EmptyStrings,
     /// zstd level of the Parquet column chunks (default 3).
@@ -141,8 +164,10 @@ impl ConvertSpec {
             schema,
             sum_columns: Vec::new(),
             batch_rows: 8192,
+            batch_bytes: 8 << 20,
             row_group_rows: 1_048_576,
             max_decoded_bytes: None,
+            max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             empty_strings: EmptyStrings::Null,
             zstd_level: 3,
         }
@@ -311,9 +336,9 @@ pub fn convert<R: Read, W: Write + Send>(
     spec: &ConvertSpec,
     output: W,
 ) -> Result<ConvertStats, ConvertError> {
-    if spec.batch_rows == 0 || spec.row_group_rows == 0 {
+    if spec.row_group_rows == 0 {
         return Err(ConvertError::invalid_spec(
-            "batch_rows and row_group_rows must be positive",
+            "row_group_rows must be positive",
         ));
     }
     let level = ZstdLevel::try_new(spec.zstd_level)
@@ -334,9 +359,6 @@ pub fn convert<R: Read, W: Write + Send>(
 /// Decode `input` as [`convert`] does and count its rows and sums, writing nothing: the
 /// honest recount of a source object that reconciliation compares with the ledger.
 pub fn count<R: Read>(input: R, spec: &ConvertSpec) -> Result<ConvertStats, ConvertError> {
-    if spec.batch_rows == 0 {
-        return Err(ConvertError::invalid_spec("batch_rows must be positive"));
-    }
     decode(input, spec, |_| Ok(()))
 }
 
@@ -367,6 +389,11 @@ fn decode<R: Read>(
     spec: &ConvertSpec,
     mut each: impl FnMut(&RecordBatch) -> Result<(), ConvertError>,
 ) -> Result<ConvertStats, ConvertError> {
+    if spec.batch_rows == 0 || spec.batch_bytes == 0 || spec.max_record_bytes == 0 {
+        return Err(ConvertError::invalid_spec(
+            "batch_rows, batch_bytes and max_record_bytes must be positive",
+        ));
+    }
     let types = column_types(&spec.schema)?;
     let mut sums = stats::Sums::new(&spec.schema, &types, &spec.sum_columns)?;
     let meter = input::Meter::default();
@@ -628,6 +655,8 @@ mod tests {
         let mut spec = csv_spec(ALL_TYPES);
         spec.compression = Compression::Gzip;
         spec.max_decoded_bytes = Some(10 * MIB as u64);
+        // Zeros are one endless record: the record limit would stop them first.
+        spec.max_record_bytes = usize::MAX;
         let err = convert(Bomb::new(1024), &spec, Vec::new()).unwrap_err();
         assert!(
             matches!(err, ConvertError::TooLarge { limit } if limit == 10 * MIB as u64),
@@ -650,6 +679,66 @@ mod tests {
             3,
             "the limit itself is allowed"
         );
+    }
+
+    /// `head`, then `filler` up to `len` bytes in all, made as they are read, counting
+    /// what was read: a line of any length in no memory.
+    struct Endless {
+        head: &'static [u8],
+        filler: u8,
+        len: u64,
+        pulled: std::rc::Rc<std::cell::Cell<u64>>,
+    }
+
+    impl Read for Endless {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let at = self.pulled.get();
+            let n = buf.len().min((self.len - at) as usize);
+            for (i, b) in buf[..n].iter_mut().enumerate() {
+                *b = *self.head.get(at as usize + i).unwrap_or(&self.filler);
+            }
+            self.pulled.set(at + n as u64);
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_100_mb_line_is_refused_after_reading_a_bounded_part_of_it() {
+        const LINE: u64 = 100 << 20;
+        let limit = DEFAULT_MAX_RECORD_BYTES as u64;
+        for (head, spec, error) in [
+            (
+                &b"id,qty,price,ratio,weight,name,ok,day,at\n1,2,3,4,5,"[..],
+                csv_spec(ALL_TYPES),
+                r#"line 2: column "name": the record is longer than the limit of 8388608 bytes (max_record_bytes)"#,
+            ),
+            (
+                b"id,qty,price,ratio,weight,name,ok,day,at\n1,2,3,4,5,\"a\n",
+                csv_spec(ALL_TYPES),
+                r#"line 2: column "name": the record is longer than the limit of 8388608 bytes (max_record_bytes)"#,
+            ),
+            (
+                b"{\"id\":1}\n{\"id\":2,\"name\":\"",
+                json_spec(ALL_TYPES),
+                "line 2: the line is longer than the limit of 8388608 bytes (max_record_bytes)",
+            ),
+        ] {
+            let pulled = std::rc::Rc::new(std::cell::Cell::new(0));
+            let input = Endless {
+                head,
+                filler: if head.ends_with(b"\n") { b'\n' } else { b'x' },
+                len: LINE,
+                pulled: pulled.clone(),
+            };
+            let err = convert(input, &spec, io::sink()).unwrap_err();
+            assert_eq!(err.to_string(), error);
+            // The record limit, and a buffer or two of 64 KiB: never the whole line.
+            assert!(
+                pulled.get() < limit + (256 << 10),
+                "read {} bytes",
+                pulled.get()
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,370 @@
+//! Exact reading of the values whose Arrow readers would silently change them.
+//!
+//! arrow-csv and arrow-json read a decimal with more fraction digits than the column's
+//! scale by rounding it (`1.005` in `decimal(12,2)` → 1.01), a timestamp with
+//! nanoseconds by truncating it to microseconds, a date-time in a `date` column by
+//! dropping its time of day (after moving it to UTC, so `2024-01-02T23:30-05:00` becomes
+//! 2024-01-03), and a number too large for a float as infinity; arrow-json also
+//! truncates a fractional number in an integer column (`1.5` → 1) and reads a number in a
+//! `date` or `timestamp` column as days or microseconds since the epoch. The converter
+//! refuses all of these: a value is either stored exactly or it is an error naming its
+//! line and column. The functions here decide, and their `Err` is the message that
+//! follows `column "NAME": `.
+
+use arrow_array::types::Date32Type;
+use arrow_cast::parse::{Parser, string_to_datetime};
+use chrono::Utc;
+
+use crate::schema::ColumnType;
+
+/// Why a text is not an exact decimal of the column's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DecimalError {
+    /// Not a number at all.
+    Invalid,
+    /// More fraction digits than the scale, not all zero: storing it would round it.
+    Rounded,
+    /// More integer digits than the precision leaves room for.
+    Overflow,
+}
+
+/// Largest exponent magnitude worth computing with: beyond it a non-zero value fits no
+/// `Decimal128` and needs more than 38 fraction digits.
+const MAX_EXPONENT: i64 = 1_000;
+
+/// Reads `text` (ASCII whitespace around it ignored) as a `decimal(precision, scale)`
+/// value: `[+-]digits[.digits][(e|E)[+-]digits]`, with at least one digit before or after
+/// the point. Returns the unscaled value, exactly, or why there is none: extra fraction
+/// digits are accepted only when they are zeros (`1.500` in `decimal(12,2)` is 1.50).
+pub(super) fn decimal(text: &str, precision: u8, scale: u8) -> Result<i128, DecimalError> {
+    let s = text.trim_ascii().as_bytes();
+    let (negative, s) = match s.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, s),
+    };
+    let digits_in = |s: &[u8]| s.iter().take_while(|b| b.is_ascii_digit()).count();
+    let (int, rest) = s.split_at(digits_in(s));
+    let (frac, rest) = match rest.split_first() {
+        Some((b'.', rest)) => rest.split_at(digits_in(rest)),
+        _ => (&[][..], rest),
+    };
+    if int.is_empty() && frac.is_empty() {
+        return Err(DecimalError::Invalid);
+    }
+    let exponent = match rest.split_first() {
+        None => 0,
+        Some((b'e' | b'E', rest)) => {
+            let (negative, digits) = match rest.split_first() {
+                Some((b'-', digits)) => (true, digits),
+                Some((b'+', digits)) => (false, digits),
+                _ => (false, rest),
+            };
+            if digits.is_empty() || digits_in(digits) != digits.len() {
+                return Err(DecimalError::Invalid);
+            }
+            let magnitude = digits.iter().fold(0i64, |e, d| {
+                (e * 10 + i64::from(d - b'0')).min(MAX_EXPONENT)
+            });
+            if negative { -magnitude } else { magnitude }
+        }
+        Some(_) => return Err(DecimalError::Invalid),
+    };
+    let digit = |i: usize| match int.get(i) {
+        Some(d) => d - b'0',
+        None => frac[i - int.len()] - b'0',
+    };
+    let n = int.len() + frac.len();
+    let Some(first) = (0..n).find(|&i| digit(i) != 0) else {
+        return Ok(0);
+    };
+    // The unscaled value is the digits times 10^shift.
+    let shift = exponent - frac.len() as i64 + i64::from(scale);
+    let (end, zeros) = if shift < 0 {
+        let dropped = usize::try_from(-shift).unwrap_or(usize::MAX);
+        if dropped > n - first - 1 || (n - dropped..n).any(|i| digit(i) != 0) {
+            return Err(DecimalError::Rounded);
+        }
+        (n - dropped, 0)
+    } else {
+        (n, usize::try_from(shift).unwrap_or(usize::MAX))
+    };
+    if (end - first).saturating_add(zeros) > usize::from(precision) {
+        return Err(DecimalError::Overflow);
+    }
+    // At most `precision` ≤ 38 digits: no overflow of i128.
+    let value =
+        (first..end).fold(0i128, |v, i| v * 10 + i128::from(digit(i))) * 10i128.pow(zeros as u32);
+    Ok(if negative { -value } else { value })
+}
+
+/// The message for a `decimal` value that `decimal` refused.
+pub(super) fn decimal_message(shown: &str, ty: ColumnType, e: DecimalError) -> String {
+    let ColumnType::Decimal { precision, scale } = ty else {
+        return format!("cannot parse {shown} as {ty}");
+    };
+    match e {
+        DecimalError::Invalid => format!("cannot parse {shown} as {ty}"),
+        DecimalError::Rounded if scale == 0 => {
+            format!("cannot parse {shown} as {ty}: it is not a whole number and would be rounded")
+        }
+        DecimalError::Rounded => format!(
+            "cannot parse {shown} as {ty}: it has more than {scale} digits after the point and would be rounded"
+        ),
+        DecimalError::Overflow => format!(
+            "cannot parse {shown} as {ty}: it has more than {} digits before the point",
+            i16::from(precision) - i16::from(scale)
+        ),
+    }
+}
+
+/// Reads a JSON number literal as a whole number of an integer column whose values lie in
+/// `[min, max]`: `1`, `1.0` and `1e3` are whole, `1.5` is not (arrow-json would truncate it).
+pub(super) fn whole_number(
+    literal: &str,
+    ty: ColumnType,
+    min: i128,
+    max: i128,
+) -> Result<i128, String> {
+    if let Ok(v) = literal.parse::<i64>() {
+        return match i128::from(v) {
+            v if (min..=max).contains(&v) => Ok(v),
+            _ => Err(format!("cannot parse {literal} as {ty}: out of range")),
+        };
+    }
+    match decimal(literal, 38, 0) {
+        Ok(v) if (min..=max).contains(&v) => Ok(v),
+        Ok(_) | Err(DecimalError::Overflow) => {
+            Err(format!("cannot parse {literal} as {ty}: out of range"))
+        }
+        Err(DecimalError::Rounded) => Err(format!(
+            "cannot parse {literal} as {ty}: it is not a whole number"
+        )),
+        Err(DecimalError::Invalid) => Err(format!("cannot parse {literal} as {ty}")),
+    }
+}
+
+/// Reads `text` as a date: what arrow-cast reads as a date (`2024-01-02`, `20240102`,
+/// `+10999-12-31`), but not a date-time, whose time of day (and offset) would be dropped.
+pub(super) fn date(text: &str) -> Result<i32, String> {
+    let t = text.trim_ascii();
+    if t.len() > 10 && !t.starts_with(['+', '-']) && string_to_datetime(&Utc, t).is_ok() {
+        return Err(format!(
+            "cannot parse {text:?} as date: it has a time of day (declare the column as timestamp)"
+        ));
+    }
+    Date32Type::parse(text).ok_or_else(|| format!("cannot parse {text:?} as date"))
+}
+
+/// Reads `text` as an instant in microseconds since the epoch: RFC 3339 with any offset,
+/// or naive (read as UTC), as arrow-cast reads it; digits below the microsecond are an
+/// error unless they are zeros.
+pub(super) fn timestamp(text: &str) -> Result<i64, String> {
+    let at = string_to_datetime(&Utc, text)
+        .map_err(|_| format!("cannot parse {text:?} as timestamp"))?;
+    if at.timestamp_subsec_nanos() % 1000 != 0 {
+        return Err(format!(
+            "cannot parse {text:?} as timestamp: it has digits below the microsecond and would be truncated"
+        ));
+    }
+    Ok(at.timestamp_micros())
+}
+
+/// True when `text`, read as an infinite float, says so itself (`inf`, `-Infinity`…)
+/// rather than being a finite number too large for the type.
+pub(super) fn spells_infinity(text: &str) -> bool {
+    let t = text.trim_ascii();
+    let t = t.strip_prefix(['+', '-']).unwrap_or(t);
+    t.eq_ignore_ascii_case("inf") || t.eq_ignore_ascii_case("infinity")
+}
+
+/// The message for a finite number too large for a float column.
+pub(super) fn float_overflow(shown: &str, ty: ColumnType) -> String {
+    format!("cannot parse {shown} as {ty}: out of range")
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow_array::types::Decimal128Type;
+
+    use super::*;
+
+    const D12_2: ColumnType = ColumnType::Decimal {
+        precision: 12,
+        scale: 2,
+    };
+
+    #[test]
+    fn decimals_are_exact_or_refused() {
+        for (text, value) in [
+            ("1", 100),
+            ("1.5", 150),
+            ("1.500", 150),
+            ("-1.05", -105),
+            ("+0.01", 1),
+            (" 7.10 ", 710),
+            ("1.5e2", 15000),
+            ("15E-1", 150),
+            ("1000e-3", 100),
+            ("0.000", 0),
+            ("-0", 0),
+            ("0e999999999999", 0),
+            (".5", 50),
+            ("5.", 500),
+            ("9999999999.99", 999_999_999_999),
+            ("0000000000009999999999.99", 999_999_999_999),
+        ] {
+            assert_eq!(decimal(text, 12, 2), Ok(value), "{text:?}");
+        }
+        for text in ["1.005", "-1.004", "0.001", "1e-3", "1.23456e2", "1e-999999"] {
+            assert_eq!(decimal(text, 12, 2), Err(DecimalError::Rounded), "{text:?}");
+        }
+        for text in ["12345678901", "1e10", "99999999999.5", "1e999999999999"] {
+            let e = decimal(text, 12, 2);
+            assert!(
+                matches!(e, Err(DecimalError::Overflow | DecimalError::Rounded)),
+                "{text:?}: {e:?}"
+            );
+        }
+        assert_eq!(decimal("1e10", 12, 2), Err(DecimalError::Overflow));
+        for text in [
+            "", ".", "-", "+.", "abc", "1..2", "1e", "1e+", "1.2.3", "--1", "1 2", "0x10", "1e2.5",
+            "١",
+        ] {
+            assert_eq!(decimal(text, 12, 2), Err(DecimalError::Invalid), "{text:?}");
+        }
+        assert_eq!(
+            decimal("99999999999999999999999999999999999999", 38, 0),
+            Ok(99_999_999_999_999_999_999_999_999_999_999_999_999)
+        );
+        assert_eq!(
+            decimal("-9.9999999999999999999999999999999999999e37", 38, 0),
+            Ok(-99_999_999_999_999_999_999_999_999_999_999_999_999)
+        );
+        assert_eq!(decimal("1e38", 38, 0), Err(DecimalError::Overflow));
+    }
+
+    #[test]
+    fn decimal_messages_say_why() {
+        assert_eq!(
+            decimal_message("\"1.005\"", D12_2, DecimalError::Rounded),
+            "cannot parse \"1.005\" as decimal(12,2): it has more than 2 digits after the point and would be rounded"
+        );
+        assert_eq!(
+            decimal_message("\"12345678901\"", D12_2, DecimalError::Overflow),
+            "cannot parse \"12345678901\" as decimal(12,2): it has more than 10 digits before the point"
+        );
+        assert_eq!(
+            decimal_message("\"x\"", D12_2, DecimalError::Invalid),
+            "cannot parse \"x\" as decimal(12,2)"
+        );
+    }
+
+    /// Wherever this parser and arrow-cast's both read a value they agree, and wherever
+    /// only arrow-cast reads one, arrow-cast rounded it.
+    #[test]
+    fn decimals_agree_with_arrow_cast_except_where_it_rounds() {
+        const ALPHABET: &[u8] = b"0123456789.-+eE 0019";
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut both = 0;
+        for _ in 0..200_000 {
+            let len = 1 + (next() % 12) as usize;
+            let text: String = (0..len)
+                .map(|_| ALPHABET[next() as usize % ALPHABET.len()] as char)
+                .collect();
+            let (precision, scale) = (1 + (next() % 20) as u8, (next() % 6) as u8);
+            let scale = scale.min(precision);
+            let ours = decimal(&text, precision, scale);
+            let theirs =
+                arrow_cast::parse::parse_decimal::<Decimal128Type>(&text, precision, scale as i8);
+            match (ours, theirs) {
+                (Ok(a), Ok(b)) => {
+                    both += 1;
+                    assert_eq!(a, b, "{text:?} ({precision},{scale})")
+                }
+                (Err(DecimalError::Rounded), Ok(_)) => {}
+                (Err(e), Ok(b)) => {
+                    panic!("{text:?} ({precision},{scale}): we say {e:?}, arrow {b}")
+                }
+                (Ok(a), Err(e)) => panic!("{text:?} ({precision},{scale}): we say {a}, arrow {e}"),
+                (Err(_), Err(_)) => {}
+            }
+        }
+        assert!(both > 1000, "the comparison compared little: {both}");
+    }
+
+    #[test]
+    fn whole_numbers_only() {
+        let i32_range = (i128::from(i32::MIN), i128::from(i32::MAX));
+        let whole = |s| whole_number(s, ColumnType::Int32, i32_range.0, i32_range.1);
+        assert_eq!(whole("7"), Ok(7));
+        assert_eq!(whole("-7"), Ok(-7));
+        assert_eq!(whole("1.0"), Ok(1));
+        assert_eq!(whole("1e3"), Ok(1000));
+        assert_eq!(whole("2147483647"), Ok(2147483647));
+        assert_eq!(
+            whole("1.5").unwrap_err(),
+            "cannot parse 1.5 as int32: it is not a whole number"
+        );
+        assert_eq!(
+            whole("2147483648").unwrap_err(),
+            "cannot parse 2147483648 as int32: out of range"
+        );
+        assert_eq!(
+            whole("1e40").unwrap_err(),
+            "cannot parse 1e40 as int32: out of range"
+        );
+        let big = whole_number(
+            "9007199254740993.0",
+            ColumnType::Int64,
+            i64::MIN.into(),
+            i64::MAX.into(),
+        );
+        assert_eq!(big, Ok(9_007_199_254_740_993), "exact, not through f64");
+    }
+
+    #[test]
+    fn dates_without_a_time_of_day() {
+        assert_eq!(date("1970-01-02"), Ok(1));
+        assert_eq!(date("19700102"), Ok(1));
+        assert_eq!(
+            date("2024-01-02T23:30:00-05:00").unwrap_err(),
+            "cannot parse \"2024-01-02T23:30:00-05:00\" as date: it has a time of day (declare the column as timestamp)"
+        );
+        assert_eq!(
+            date("2024-02-30").unwrap_err(),
+            "cannot parse \"2024-02-30\" as date"
+        );
+    }
+
+    #[test]
+    fn timestamps_to_the_microsecond() {
+        assert_eq!(timestamp("1970-01-01T00:00:01.000001Z"), Ok(1_000_001));
+        assert_eq!(timestamp("1970-01-01T00:00:01.000001000Z"), Ok(1_000_001));
+        assert_eq!(timestamp("1970-01-01 01:00:00+01:00"), Ok(0));
+        assert_eq!(
+            timestamp("2024-01-02T03:04:05.1234567Z").unwrap_err(),
+            "cannot parse \"2024-01-02T03:04:05.1234567Z\" as timestamp: it has digits below the microsecond and would be truncated"
+        );
+        assert_eq!(
+            timestamp("soon").unwrap_err(),
+            "cannot parse \"soon\" as timestamp"
+        );
+    }
+
+    #[test]
+    fn infinity_spelled_out_or_not() {
+        for t in ["inf", "-inf", "+Infinity", "INF", " inf "] {
+            assert!(spells_infinity(t), "{t}");
+        }
+        for t in ["1e999", "-1e400", "infinite", "in"] {
+            assert!(!spells_infinity(t), "{t}");
+        }
+    }
+}

@@ -148,5 +148,18 @@ impl ProcessError {
     }
 }
 
+impl ProcessError {
+    /// Did a service or the network fail, rather than the object or our own code? Such a
+    /// failure is recorded on the ledger record but does not count towards quarantine.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ProcessError::Store(e) => e.retry == Retry::Transient,
+            ProcessError::Ledger(LedgerError::Service { retry, .. }) => *retry == Retry::Transient,
+            ProcessError::OutputContended { .. } => true,
+            _ => false,
+        }
+    }
+}
+
 /// Result of the core, with [`ProcessError`] as the default error.
 pub type Result<T, E = ProcessError> = std::result::Result<T, E>;

@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use crate::config::{Config, Mode, OnDelete, Source};
 use crate::convert::{ConvertError, ConvertStats, convert};
-use crate::error::{ProcessError, Result};
+use crate::error::{ProcessError, Result, Retry, StoreError};
 use crate::events::{ObjectEvent, ObjectEventKind, Sequencer};
 use crate::model::{Committed, DeleteRef, OutputRef, Record, Status, Target, VersionRef};
 use crate::ports::{
@@ -354,9 +354,14 @@ impl Pipeline {
                 Err(e @ ProcessError::Crashed(_)) => return Err(e),
                 Err(error) => {
                     let message = error.to_string();
+                    let failure = if error.is_transient() {
+                        protocol::Failure::Transient
+                    } else {
+                        protocol::Failure::Counted
+                    };
                     let after = self
                         .transition(source, key, record, |r| {
-                            protocol::fail(r, &token, &message, now, max)
+                            protocol::fail(r, &token, &message, failure, now, max)
                         })
                         .await?;
                     let result = if after.status == Status::Quarantined {
@@ -725,6 +730,7 @@ impl Pipeline {
     ) -> Result<(ConvertStats, String)> {
         let (tx, mut rx) = mpsc::channel::<Bytes>(self.settings.parts_in_flight);
         let part_size = self.settings.part_size;
+        let (body, cut) = WatchedBody::new(body);
         let reader = SyncIoBridge::new(body);
         let converter = tokio::task::spawn_blocking(move || {
             let mut sink = PartSink {
@@ -776,6 +782,11 @@ impl Pipeline {
             Ok(Err(source)) => {
                 if let Ok(Upload::Multipart(id, _)) = &uploaded {
                     store.abort_multipart(out_bucket, out_key, id).await?;
+                }
+                // The converter saw the error of a dropped connection (through whichever
+                // decoder wrapped it): the network failed, not the object.
+                if let Some(e) = cut.error(src_bucket, src_key) {
+                    return Err(ProcessError::Store(e));
                 }
                 return Err(ProcessError::Convert {
                     bucket: src_bucket.to_string(),
@@ -884,6 +895,54 @@ impl Pipeline {
             Some((_, stats, _)) => Ok(Outcome::Untracked { rows: stats.rows }),
             None => Ok(Outcome::NotCurrent),
         }
+    }
+}
+
+/// The GET body, remembering a read error of the transport: the converter sees it as an
+/// I/O error somewhere inside its decoders, and only this wrapper knows it was the network.
+pub(crate) struct WatchedBody {
+    inner: crate::ports::Body,
+    failure: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+/// What a [`WatchedBody`] saw, readable after the converter is done with the body.
+pub(crate) struct BodyWatch(Arc<std::sync::Mutex<Option<String>>>);
+
+impl WatchedBody {
+    pub(crate) fn new(inner: crate::ports::Body) -> (Self, BodyWatch) {
+        let failure = Arc::new(std::sync::Mutex::new(None));
+        let watch = BodyWatch(failure.clone());
+        (Self { inner, failure }, watch)
+    }
+}
+
+impl BodyWatch {
+    /// The transient `GetObject` error of `bucket`/`key` if reading the body failed.
+    pub(crate) fn error(&self, bucket: &str, key: &str) -> Option<StoreError> {
+        let message = self.0.lock().ok()?.take()?;
+        Some(StoreError {
+            op: "GetObject",
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            message: format!("reading the body failed: {message}"),
+            retry: Retry::Transient,
+        })
+    }
+}
+
+impl tokio::io::AsyncRead for WatchedBody {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let polled = self.inner.as_mut().poll_read(cx, buf);
+        if let std::task::Poll::Ready(Err(e)) = &polled
+            && let Ok(mut failure) = self.failure.lock()
+        {
+            failure.get_or_insert_with(|| e.to_string());
+        }
+        polled
     }
 }
 

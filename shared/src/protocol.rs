@@ -300,13 +300,27 @@ pub fn commit(
     Ok(advance(record, now, max_attempts))
 }
 
+/// What a failure says about the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The attempt may have failed because of the object (bad input, a permanent service
+    /// error): it counts towards quarantine.
+    Counted,
+    /// A transient failure of a service or the network (throttling, 5xx, a timeout, a
+    /// dropped connection): retried without limit by redelivery and reconcile, never a
+    /// reason to quarantine a good object.
+    Transient,
+}
+
 /// Record a failed attempt of the claim `token`. The target becomes pending with one more
-/// attempt (quarantined once attempts reach the maximum) unless a newer target is already
-/// pending, which then replaces it with a clean slate.
+/// attempt if the failure is [`Failure::Counted`] (quarantined once attempts reach the
+/// maximum) unless a newer target is already pending, which then replaces it with a clean
+/// slate.
 pub fn fail(
     r: &Record,
     token: &str,
     error: &str,
+    failure: Failure,
     now: i64,
     max_attempts: u32,
 ) -> Result<Record, ClaimLost> {
@@ -320,7 +334,9 @@ pub fn fail(
         record.attempts = 0;
     } else {
         record.pending = Some(claim.target.clone());
-        record.attempts = r.attempts + 1;
+        if failure == Failure::Counted {
+            record.attempts = r.attempts + 1;
+        }
     }
     record.claim = None;
     record.last_error = Some(error.to_string());
@@ -536,7 +552,7 @@ mod tests {
                 r.as_ref(),
                 &req(v("a", Some("10")), &token, now),
             ));
-            let f = fail(&c, &token, "bad line 3", now + 1, MAX).unwrap();
+            let f = fail(&c, &token, "bad line 3", Failure::Counted, now + 1, MAX).unwrap();
             assert_eq!(f.attempts, i);
             r = Some(f);
         }
@@ -548,6 +564,38 @@ mod tests {
         let (r2, t) = claimed(decide_claim(Some(&r), &req(v("b", Some("20")), "t9", 30)));
         assert_eq!(t, v("b", Some("20")));
         assert_eq!(r2.attempts, 0);
+    }
+
+    #[test]
+    fn transient_failures_are_recorded_but_never_quarantine() {
+        let mut r: Option<Record> = None;
+        for i in 0..10 {
+            let token = format!("t{i}");
+            let (c, _) = claimed(decide_claim(
+                r.as_ref(),
+                &req(v("a", Some("10")), &token, i * 10),
+            ));
+            let f = fail(
+                &c,
+                &token,
+                "GetObject: connection reset",
+                Failure::Transient,
+                i * 10 + 1,
+                MAX,
+            )
+            .unwrap();
+            assert_eq!((f.attempts, f.status), (0, Status::Pending));
+            assert_eq!(f.pending, Some(v("a", Some("10"))));
+            assert_eq!(f.last_error.as_deref(), Some("GetObject: connection reset"));
+            r = Some(f);
+        }
+        // …while a counted failure after them still counts from where the count stood.
+        let (c, _) = claimed(decide_claim(
+            r.as_ref(),
+            &req(v("a", Some("10")), "tx", 200),
+        ));
+        let f = fail(&c, "tx", "bad line 3", Failure::Counted, 201, MAX).unwrap();
+        assert_eq!((f.attempts, f.status), (1, Status::Failed));
     }
 
     #[test]
@@ -586,7 +634,7 @@ mod tests {
         else {
             panic!()
         };
-        let f = fail(&record, "t1", "boom", 6, MAX).unwrap();
+        let f = fail(&record, "t1", "boom", Failure::Counted, 6, MAX).unwrap();
         assert_eq!(f.pending, Some(v("b", Some("20"))));
         assert_eq!(f.attempts, 0);
         assert_eq!(f.status, Status::Pending);

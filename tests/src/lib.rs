@@ -6,6 +6,7 @@
 //! skips.
 
 pub mod chaos;
+mod flaky;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,6 +23,8 @@ use tidemark::config::Config;
 use tidemark::ingest::{self, Response};
 use tidemark::ports::{GetOutcome, Ledger, ObjectStore, PutOutcome, TestClock, WriteCondition};
 use tidemark::process::{Faults, Pipeline, RunContext};
+
+pub use flaky::FlakyStore;
 
 /// Lease margin used by the suites (ms): short, and moved past with the test clock.
 pub const LEASE_MARGIN_MS: i64 = 60_000;

@@ -9,7 +9,7 @@ use tidemark::model::Status;
 use tidemark::ports::Ledger;
 use tidemark::process::{Faults, Step};
 use tidemark::{ProcessError, Result};
-use tidemark_tests::{Stack, Totals, direct, orders_csv, sqs};
+use tidemark_tests::{FlakyStore, Stack, Totals, direct, orders_csv, sqs};
 
 async fn record(stack: &Stack, key: &str) -> tidemark::model::Record {
     tidemark::aws::dynamodb::DynamoLedger::new(stack.dynamo.clone(), &stack.table)
@@ -635,4 +635,56 @@ async fn a_delete_event_for_a_key_that_exists_again_is_released() {
     let r = stack.invoke(&pipeline, &direct(vec![e2]), "run-3").await;
     assert_eq!(r.summary.processed, 1, "{r:?}");
     assert_eq!(stack.lake_totals().await, v2_totals);
+}
+
+/// A connection dropped while the body is read — inside the CSV reader, or inside the gzip
+/// decoder — is a transient GetObject failure, not bad input: retried as often as it
+/// happens without ever quarantining the object, which then lands whole.
+#[tokio::test]
+async fn a_connection_dropped_mid_body_is_transient_and_never_quarantines() {
+    let stack = Stack::new().await;
+    let (csv, totals) = orders_csv(1, 400);
+    let gz = {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(csv.as_bytes()).unwrap();
+        e.finish().unwrap()
+    };
+    for (key, body) in [("in/plain.csv", csv.into_bytes()), ("in/packed.csv.gz", gz)] {
+        let mut pipeline = stack.pipeline(2);
+        let flaky = Arc::new(FlakyStore::new(pipeline.store.clone()));
+        flaky.cut_bodies(5, 300);
+        pipeline.store = flaky;
+        let event = direct(vec![stack.upload_event(key, &body).await]);
+        // Five deliveries meet a dropped connection: more than max_attempts (2).
+        for i in 0..5 {
+            let r = stack.invoke(&pipeline, &event, &format!("run-{i}")).await;
+            assert_eq!(r.summary.failed, 1, "{key}: {r:?}");
+            let e = &r.errors[0];
+            let expected = format!(
+                "GetObject s3://{}/{key}: reading the body failed:",
+                stack.landing
+            );
+            assert!(e.contains(&expected), "{key}: {e}");
+            let rec = record(&stack, key).await;
+            assert_eq!((rec.status, rec.attempts), (Status::Pending, 0), "{key}");
+            assert!(
+                rec.last_error.unwrap().contains("connection reset"),
+                "{key}"
+            );
+        }
+        let r = stack.invoke(&pipeline, &event, "run-ok").await;
+        assert_eq!(
+            (r.summary.processed, r.summary.failed),
+            (1, 0),
+            "{key}: {r:?}"
+        );
+        let rec = record(&stack, key).await;
+        assert_eq!(rec.status, Status::Done, "{key}");
+        assert_eq!(rec.committed.unwrap().rows, 400);
+    }
+    let lake = stack.lake_totals().await;
+    let mut both = totals;
+    both.add(&totals);
+    assert_eq!(lake, both);
 }

@@ -50,13 +50,17 @@ pub enum FindingKind {
     Quarantined,
     /// Done, but the source object is gone: a delete's event was lost.
     Orphaned,
+    /// Could not be checked: a store or ledger call failed (the detail says which). The rest
+    /// of the window is checked; a scheduled run does not close the window, so the next run
+    /// checks it again.
+    Unchecked,
 }
 
 impl FindingKind {
     /// Repaired by default (missing, stale, stuck, orphaned) — quarantined objects need a
     /// person or a new version.
     pub fn repairable(self) -> bool {
-        !matches!(self, FindingKind::Quarantined)
+        !matches!(self, FindingKind::Quarantined | FindingKind::Unchecked)
     }
 }
 
@@ -154,12 +158,42 @@ pub struct SourceReport {
     pub resume_after: Option<String>,
     /// This run resumed the window after this key (the counts cover the rest only).
     pub resumed_after: Option<String>,
+    /// The source could not be reconciled at all (its listing or its ledger records could
+    /// not be read): nothing else in this entry is meaningful, and the window stays open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 impl SourceReport {
     /// Complete, with no findings and no mismatches.
     pub fn clean(&self) -> bool {
-        self.complete && self.findings.is_empty() && self.mismatches.is_empty()
+        self.complete
+            && self.error.is_none()
+            && self.findings.is_empty()
+            && self.mismatches.is_empty()
+    }
+
+    /// Every object of the window was checked (some may be wrong): the window may be closed.
+    pub fn checked(&self) -> bool {
+        self.complete && self.error.is_none() && self.count(FindingKind::Unchecked) == 0
+    }
+
+    /// The entry of a source that could not be reconciled at all.
+    pub fn failed(source: &Source, window: Window, error: String) -> Self {
+        SourceReport {
+            source_id: source.id().to_string(),
+            window,
+            prefixes: window_prefixes(source, window),
+            objects: 0,
+            findings: Vec::new(),
+            mismatches: Vec::new(),
+            totals: Totals::default(),
+            lag_ms: 0,
+            complete: false,
+            resume_after: None,
+            resumed_after: None,
+            error: Some(error),
+        }
     }
 
     fn count(&self, kind: FindingKind) -> usize {
@@ -388,12 +422,16 @@ pub async fn reconcile_source(
         last_key = Some(key.clone());
         // The honest count: every object of the window, read again.
         let recounted = if opts.recount {
-            match recount_source(p, source, key, object).await? {
-                Ok(stats) => {
+            match recount_source(p, source, key, object).await {
+                Ok(Ok(stats)) => {
                     counter.add(0, stats.rows, &stats.sums);
                     Some(Ok(stats))
                 }
-                Err(message) => Some(Err(message)),
+                Ok(Err(message)) => Some(Err(message)),
+                Err(e) => {
+                    findings.push(unchecked(key, &e));
+                    continue;
+                }
             }
         } else {
             None
@@ -414,7 +452,7 @@ pub async fn reconcile_source(
                 Status::Done => match r.committed.as_ref().map(|c| &c.target) {
                     Some(Target::Version(v)) if v.etag.as_deref() == Some(object.etag.as_str()) => {
                         let committed = r.committed.as_ref().expect("done has a commit");
-                        count_object(
+                        match count_object(
                             p,
                             source,
                             key,
@@ -424,8 +462,11 @@ pub async fn reconcile_source(
                             &mut counter,
                             &mut mismatches,
                         )
-                        .await?;
-                        None
+                        .await
+                        {
+                            Ok(()) => None,
+                            Err(e) => Some((FindingKind::Unchecked, e.to_string())),
+                        }
                     }
                     Some(Target::Version(v)) => Some((
                         FindingKind::Stale,
@@ -537,7 +578,19 @@ pub async fn reconcile_source(
         complete,
         resume_after,
         resumed_after: opts.start_after.clone(),
+        error: None,
     })
+}
+
+fn unchecked(key: &str, e: &ProcessError) -> Finding {
+    Finding {
+        kind: FindingKind::Unchecked,
+        key: key.to_string(),
+        detail: e.to_string(),
+        rows: None,
+        sums: BTreeMap::new(),
+        repair: None,
+    }
 }
 
 async fn repair_with(
@@ -669,10 +722,14 @@ async fn recount_source(
         return Ok(Err("the object changed during reconciliation".into()));
     };
     let spec = source.convert_spec(key);
+    let (body, cut) = crate::process::WatchedBody::new(body);
     let reader = SyncIoBridge::new(body);
     let counted = tokio::task::spawn_blocking(move || convert::count(reader, &spec))
         .await
         .map_err(|e| ProcessError::Internal(e.to_string()))?;
+    if let (Err(_), Some(e)) = (&counted, cut.error(&source.doc.bucket, key)) {
+        return Err(ProcessError::Store(e));
+    }
     Ok(counted.map_err(|e| e.to_string()))
 }
 
@@ -794,6 +851,7 @@ impl Report {
                                 {"Name": "Stuck", "Unit": "Count"},
                                 {"Name": "Orphaned", "Unit": "Count"},
                                 {"Name": "Quarantined", "Unit": "Count"},
+                                {"Name": "Unchecked", "Unit": "Count"},
                                 {"Name": "Mismatches", "Unit": "Count"},
                                 {"Name": "Repaired", "Unit": "Count"},
                                 {"Name": "LagSeconds", "Unit": "Seconds"}
@@ -806,6 +864,7 @@ impl Report {
                     "Stuck": s.count(FindingKind::Stuck),
                     "Orphaned": s.count(FindingKind::Orphaned),
                     "Quarantined": s.count(FindingKind::Quarantined),
+                    "Unchecked": s.count(FindingKind::Unchecked) + usize::from(s.error.is_some()),
                     "Mismatches": s.mismatches.len(),
                     "Repaired": s.repaired(),
                     "LagSeconds": s.lag_ms / 1000,
@@ -866,7 +925,9 @@ impl Report {
                     .map(|p| format!("<code>{}</code>", esc(p)))
                     .collect::<Vec<_>>()
                     .join(", "),
-                if s.complete {
+                if let Some(e) = &s.error {
+                    format!(" — <b>not reconciled</b>: {}", esc(e))
+                } else if s.complete {
                     String::new()
                 } else {
                     format!(
@@ -882,6 +943,7 @@ impl Report {
                 "stuck",
                 "quarantined",
                 "orphaned",
+                "unchecked",
                 "mismatches",
                 "repaired",
             ] {
@@ -894,6 +956,7 @@ impl Report {
                 s.count(FindingKind::Stuck),
                 s.count(FindingKind::Quarantined),
                 s.count(FindingKind::Orphaned),
+                s.count(FindingKind::Unchecked),
                 s.mismatches.len(),
                 s.repaired(),
             ] {
@@ -1075,13 +1138,25 @@ pub async fn handle(
                 start_after,
                 ..opts.clone()
             };
-            let r = reconcile_source(p, source, window, opts, ctx).await?;
-            if r.complete {
+            let r = match reconcile_source(p, source, window, opts, ctx).await {
+                Ok(r) => r,
+                Err(e) => {
+                    // This source's window stays as it was; the other sources go on.
+                    report
+                        .sources
+                        .push(SourceReport::failed(source, window, e.to_string()));
+                    continue;
+                }
+            };
+            if r.checked() {
                 state.closed_through_ms = Some(window.to_ms);
             } else if let Some(after) = &r.resume_after {
                 state.partial = Some((window, after.clone()));
             }
-            save_state(p, reports, source.id(), &state, etag).await?;
+            // A window with unchecked objects stays open: the next run checks it again.
+            if r.checked() || r.resume_after.is_some() {
+                save_state(p, reports, source.id(), &state, etag).await?;
+            }
             report.sources.push(r);
         }
     } else {
@@ -1104,9 +1179,10 @@ pub async fn handle(
             ..opts.clone()
         };
         for source in sources {
-            report
-                .sources
-                .push(reconcile_source(p, source, window, opts.clone(), ctx).await?);
+            let r = reconcile_source(p, source, window, opts.clone(), ctx)
+                .await
+                .unwrap_or_else(|e| SourceReport::failed(source, window, e.to_string()));
+            report.sources.push(r);
         }
     }
     let keys = match &config.reports {

@@ -7,7 +7,7 @@ use tidemark::backfill::{self, Request};
 use tidemark::model::Status;
 use tidemark::ports::{Clock, LedgerWrite};
 use tidemark::reconcile::{self, FindingKind, MismatchKind, Options, Window};
-use tidemark_tests::{Backends, Totals, orders_csv};
+use tidemark_tests::{Backends, FlakyStore, Totals, orders_csv};
 
 fn window(b: &Backends) -> Window {
     Window {
@@ -535,6 +535,141 @@ async fn scheduled_runs_close_each_window_once_and_write_reports(b: Backends) {
     );
 }
 
+/// A store failure while one object is checked is that object's finding (`unchecked`),
+/// not the end of the pass: the other objects are checked and counted, a listing failure is
+/// that source's error, and a scheduled window with anything unchecked stays open until a
+/// later run has checked everything.
+async fn store_failures_are_reported_per_object_and_keep_the_window_open(b: Backends) {
+    let (expected, each) = land(&b, 3).await;
+    assert_eq!(reconcile_orders(&b, true).await.findings.len(), 3);
+    let mut p = b.pipeline();
+    let flaky = std::sync::Arc::new(FlakyStore::new(p.store.clone()));
+    p.store = flaky.clone();
+    let config = b.config();
+    let source = config.source("orders").unwrap();
+    let check = |p: &tidemark::process::Pipeline| {
+        let p = p.clone();
+        let ctx = b.ctx("check");
+        let w = window(&b);
+        async move {
+            reconcile::reconcile_source(&p, source, w, opts(true), &ctx)
+                .await
+                .expect("a pass with failing objects still reports")
+        }
+    };
+
+    // The source object of 01.csv cannot be read; the output of 02.csv cannot be read.
+    flaky.fail_gets_of(Some("in/2026/11/01.csv"));
+    let r = check(&p).await;
+    assert_eq!(r.findings.len(), 1, "{:#?}", r.findings);
+    let f = &r.findings[0];
+    assert_eq!(
+        (f.kind, f.key.as_str()),
+        (FindingKind::Unchecked, "in/2026/11/01.csv")
+    );
+    assert!(f.detail.starts_with("GetObject s3://"), "{f:?}");
+    assert!(f.repair.is_none(), "nothing to repair: {f:?}");
+    assert!(r.mismatches.is_empty(), "{:#?}", r.mismatches);
+    assert!(!r.clean() && !r.checked());
+    let others = each[0].rows + each[2].rows;
+    assert_eq!((r.totals.source.rows, r.totals.lake.rows), (others, others));
+
+    flaky.fail_gets_of(Some("orders/2026/11/02.csv.parquet"));
+    let r = check(&p).await;
+    let kinds: Vec<_> = r
+        .findings
+        .iter()
+        .map(|f| (f.kind, f.key.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [(FindingKind::Unchecked, "in/2026/11/02.csv")],
+        "{r:#?}"
+    );
+    assert!(
+        r.findings[0]
+            .detail
+            .contains("orders/2026/11/02.csv.parquet"),
+        "{r:#?}"
+    );
+    assert_eq!(
+        r.totals.source.rows, expected.rows,
+        "every source object recounted"
+    );
+
+    // A listing failure is the source's error in the report; the run itself succeeds.
+    flaky.fail_gets_of(None);
+    flaky.fail_lists(true);
+    let manual = serde_json::json!({
+        "from": "2000-01-01T00:00:00Z",
+        "to": chrono::DateTime::from_timestamp_millis(window(&b).to_ms).unwrap().to_rfc3339(),
+    });
+    let (report, _) = reconcile::handle(&p, &config, &manual, &b.ctx("m"), i64::MAX)
+        .await
+        .expect("the run reports the failing source");
+    let orders = report
+        .sources
+        .iter()
+        .find(|s| s.source_id == "orders")
+        .unwrap();
+    assert!(
+        orders
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("ListObjectsV2 s3://"),
+        "{orders:#?}"
+    );
+    assert!(!report.clean());
+    assert!(report.to_html().contains("not reconciled"));
+    let metrics = report.metric_lines().join("\n");
+    assert!(metrics.contains("\"Unchecked\":1"), "{metrics}");
+
+    // Scheduled: the window with an unchecked object is not closed, and the next run
+    // (the fault gone) checks the same window again and closes it.
+    flaky.fail_lists(false);
+    flaky.fail_gets_of(Some("in/2026/11/00.csv"));
+    let scheduled =
+        serde_json::json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}});
+    b.clock.advance(60_000);
+    let (first, _) = reconcile::handle(&p, &config, &scheduled, &b.ctx("s1"), i64::MAX)
+        .await
+        .unwrap();
+    let o1 = first
+        .sources
+        .iter()
+        .find(|s| s.source_id == "orders")
+        .unwrap();
+    assert_eq!(o1.findings.len(), 1, "{o1:#?}");
+    assert_eq!(o1.findings[0].kind, FindingKind::Unchecked);
+    flaky.fail_gets_of(None);
+    b.clock.advance(60_000);
+    let (second, _) = reconcile::handle(&p, &config, &scheduled, &b.ctx("s2"), i64::MAX)
+        .await
+        .unwrap();
+    let o2 = second
+        .sources
+        .iter()
+        .find(|s| s.source_id == "orders")
+        .unwrap();
+    // Had the first run closed its window, this one would start at its end, with nothing
+    // in it; it checks all three objects again instead.
+    assert!(o2.window.from_ms < o1.window.to_ms, "{o1:#?} {o2:#?}");
+    assert_eq!(o2.objects, 3);
+    assert!(o2.clean(), "{o2:#?}");
+    assert_eq!(o2.totals.lake.rows, expected.rows);
+    b.clock.advance(60_000);
+    let (third, _) = reconcile::handle(&p, &config, &scheduled, &b.ctx("s3"), i64::MAX)
+        .await
+        .unwrap();
+    let o3 = third
+        .sources
+        .iter()
+        .find(|s| s.source_id == "orders")
+        .unwrap();
+    assert_eq!(o3.window.from_ms, o2.window.to_ms, "closed at last");
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod aws {
@@ -561,4 +696,5 @@ on_both!(
     dry_run_and_replay_leave_the_ledger_alone,
     a_backfill_request_with_unknown_fields_is_refused,
     scheduled_runs_close_each_window_once_and_write_reports,
+    store_failures_are_reported_per_object_and_keep_the_window_open,
 );

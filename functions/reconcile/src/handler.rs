@@ -59,6 +59,7 @@ pub(crate) async fn function_handler(
             "findings": s.findings.len(),
             "mismatches": s.mismatches.len(),
             "complete": s.complete,
+            "error": s.error,
         })).collect::<Vec<_>>(),
     }))
 }

@@ -145,6 +145,7 @@ pub async fn reconcile_command(
             "STUCK",
             "ORPHANED",
             "QUARANTINED",
+            "UNCHECKED",
             "MISMATCHES",
             "ROWS SRC/LEDGER/LAKE",
         ]);
@@ -166,6 +167,7 @@ pub async fn reconcile_command(
                 n(K::Stuck),
                 n(K::Orphaned),
                 n(K::Quarantined),
+                n(K::Unchecked),
                 s.mismatches.len().to_string(),
                 format!(
                     "{}/{}/{}",
@@ -175,6 +177,9 @@ pub async fn reconcile_command(
         }
         write!(out, "{}", t.render())?;
         for s in &report.sources {
+            if let Some(e) = &s.error {
+                writeln!(out, "{}: not reconciled: {e}", s.source_id)?;
+            }
             for f in &s.findings {
                 writeln!(
                     out,

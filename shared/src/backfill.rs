@@ -4,7 +4,9 @@
 //! continuation (the last key handled), so a large backfill is a chain of short calls.
 //!
 //! `replay` re-processes the range without advancing the ledger (outputs are replaced by
-//! key); `dry_run` only says what would be processed.
+//! key); `stale_config` re-processes exactly the objects whose commit was made under another
+//! configuration fingerprint than the source's current one (a changed schema, format or
+//! output), advancing the ledger; `dry_run` only says what would be processed.
 
 use std::collections::HashMap;
 
@@ -43,6 +45,10 @@ pub struct Request {
     /// Re-process every object in range without advancing the ledger.
     #[serde(default)]
     pub replay: bool,
+    /// Only objects done for their current version under another configuration than the
+    /// source's current one: process them again (outputs replaced, ledger advanced).
+    #[serde(default)]
+    pub stale_config: bool,
     /// Resume after this key (from a previous response).
     #[serde(default)]
     pub continuation: Option<String>,
@@ -59,7 +65,9 @@ pub struct Response {
     pub taken: u64,
     /// Objects processed (committed, or replayed).
     pub processed: u64,
-    /// Objects already done for their current version (not counted against the bounds).
+    /// Objects already done for their current version (not counted against the bounds); with
+    /// `stale_config`, those done under the current configuration. (Objects not done at all
+    /// are listed but not taken by `stale_config`: a plain backfill takes them.)
     pub already_done: u64,
     /// Objects skipped by the protocol while taken (in flight elsewhere, quarantined).
     pub skipped: u64,
@@ -138,6 +146,14 @@ pub async fn run(
             });
         }
     };
+    if req.stale_config && req.replay {
+        return Err(RequestError::Invalid {
+            field: "stale_config",
+            message:
+                "cannot be combined with replay (replay re-processes everything without the ledger)"
+                    .into(),
+        });
+    }
     if req.max_objects == Some(0) || req.max_bytes == Some(0) {
         return Err(RequestError::Invalid {
             field: "max_objects",
@@ -179,9 +195,15 @@ pub async fn run(
                 continue;
             }
             resp.listed += 1;
-            let done = records.get(&o.key).is_some_and(|r| done_for(r, &o.etag));
-            if done && !req.replay {
-                resp.already_done += 1;
+            let record = records.get(&o.key);
+            let done = record.is_some_and(|r| done_for(r, &o.etag));
+            let wanted = if req.stale_config {
+                done && record.is_some_and(|r| committed_under_other(r, &source.fingerprint))
+            } else {
+                !done || req.replay
+            };
+            if !wanted {
+                resp.already_done += u64::from(done);
                 after = Some(o.key.clone());
                 continue;
             }
@@ -210,6 +232,8 @@ pub async fn run(
             });
             let outcome = if req.replay {
                 replay_one(p, source, &o.key, target, ctx).await
+            } else if req.stale_config {
+                p.refresh(source, &o.key, target, ctx).await
             } else {
                 p.process(source, &o.key, target, ctx).await
             };
@@ -246,6 +270,12 @@ async fn replay_one(
     let mut untracked = source.clone();
     untracked.doc.mode = Mode::Disable;
     p.process(&untracked, key, target, ctx).await
+}
+
+fn committed_under_other(r: &Record, fingerprint: &str) -> bool {
+    r.committed
+        .as_ref()
+        .is_some_and(|c| c.config_fp != fingerprint)
 }
 
 fn done_for(r: &Record, etag: &str) -> bool {

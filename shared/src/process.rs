@@ -215,6 +215,8 @@ struct ClaimOptions {
     /// Record a newer target on another worker's live claim (the event path); otherwise
     /// leave the record alone and report the key in flight.
     defer: bool,
+    /// Claim a version committed under another configuration fingerprint again.
+    refresh: bool,
 }
 
 impl Pipeline {
@@ -280,7 +282,24 @@ impl Pipeline {
         ctx: &RunContext,
     ) -> Result<Outcome> {
         match source.doc.mode {
-            Mode::Enable => self.process_tracked(source, key, target, ctx).await,
+            Mode::Enable => self.process_tracked(source, key, target, ctx, false).await,
+            Mode::Pause | Mode::Disable => self.process_untracked(source, key, target, ctx).await,
+        }
+    }
+
+    /// [`Pipeline::process`], but a version already committed under another configuration
+    /// fingerprint than the source's current one is processed again (its output replaced,
+    /// its commit carrying the new fingerprint); one committed under the current
+    /// configuration is a duplicate as usual. `backfill --stale-config`.
+    pub async fn refresh(
+        &self,
+        source: &Source,
+        key: &str,
+        target: Target,
+        ctx: &RunContext,
+    ) -> Result<Outcome> {
+        match source.doc.mode {
+            Mode::Enable => self.process_tracked(source, key, target, ctx, true).await,
             Mode::Pause | Mode::Disable => self.process_untracked(source, key, target, ctx).await,
         }
     }
@@ -291,10 +310,17 @@ impl Pipeline {
         key: &str,
         mut target: Target,
         ctx: &RunContext,
+        refresh: bool,
     ) -> Result<Outcome> {
         let max = source.doc.max_attempts;
+        let opts = ClaimOptions {
+            max_attempts: max,
+            defer: true,
+            refresh,
+        };
         loop {
-            let (record, claimed, token) = match self.claim(source, key, target, ctx).await? {
+            let claim = self.claim_with(source, key, target, ctx, opts).await?;
+            let (record, claimed, token) = match claim {
                 Claimed::Done(outcome) => return Ok(outcome),
                 Claimed::Ours {
                     record,
@@ -408,6 +434,7 @@ impl Pipeline {
         let opts = ClaimOptions {
             max_attempts: u32::MAX,
             defer: false,
+            refresh: false,
         };
         let (record, claimed, token) = match self
             .claim_with(source, key, wanted.clone(), ctx, opts)
@@ -456,20 +483,6 @@ impl Pipeline {
     /// Take the claim, or learn why not, in as few requests as the race allows: one create
     /// for a key never seen; on a conflict the ledger returns the current record, so each
     /// further round trip is a single conditional write.
-    async fn claim(
-        &self,
-        source: &Source,
-        key: &str,
-        target: Target,
-        ctx: &RunContext,
-    ) -> Result<Claimed> {
-        let opts = ClaimOptions {
-            max_attempts: source.doc.max_attempts,
-            defer: true,
-        };
-        self.claim_with(source, key, target, ctx, opts).await
-    }
-
     async fn claim_with(
         &self,
         source: &Source,
@@ -488,6 +501,7 @@ impl Pipeline {
             now,
             lease_until: ctx.deadline_ms.max(now) + self.settings.lease_margin_ms,
             max_attempts: opts.max_attempts,
+            refresh_config: opts.refresh.then(|| source.fingerprint.clone()),
         };
         let fresh = protocol::fresh_claim(&req);
         let mut current = match self.ledger.create(&fresh).await? {

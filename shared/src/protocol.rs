@@ -57,6 +57,9 @@ pub struct ClaimRequest {
     pub lease_until: i64,
     /// The source's maximum attempts before quarantine.
     pub max_attempts: u32,
+    /// Claim the committed version again if it was committed under another configuration
+    /// fingerprint than this one (`backfill --stale-config`); a duplicate otherwise.
+    pub refresh_config: Option<String>,
 }
 
 /// What to write after reading a record.
@@ -188,7 +191,13 @@ pub fn decide_claim(current: Option<&Record>, req: &ClaimRequest) -> Decision {
         }
     }
 
-    if let Some(com) = committed {
+    // Committed under another configuration, and the caller asks for such objects again.
+    let refresh = req.refresh_config.as_deref().is_some_and(|fp| {
+        r.committed
+            .as_ref()
+            .is_some_and(|c| c.target.same_as(&target) && c.config_fp != fp)
+    });
+    if let Some(com) = committed.filter(|_| !refresh) {
         if com.same_as(&target) {
             if let Some(c) = expired {
                 // The dead worker's target is committed already: clear its claim so the
@@ -405,6 +414,7 @@ mod tests {
             now,
             lease_until: now + 100,
             max_attempts: MAX,
+            refresh_config: None,
         }
     }
 
@@ -564,6 +574,33 @@ mod tests {
         let (r2, t) = claimed(decide_claim(Some(&r), &req(v("b", Some("20")), "t9", 30)));
         assert_eq!(t, v("b", Some("20")));
         assert_eq!(r2.attempts, 0);
+    }
+
+    #[test]
+    fn a_refresh_claims_only_versions_committed_under_another_config() {
+        let r = committed(v("a", Some("10")));
+        let fp = r.committed.as_ref().unwrap().config_fp.clone();
+        let mut same = req(v("a", Some("10")), "t", 10);
+        same.refresh_config = Some(fp);
+        assert!(matches!(
+            decide_claim(Some(&r), &same),
+            Decision::Skip(Skip::Duplicate)
+        ));
+        let mut other = req(v("a", Some("10")), "t", 10);
+        other.refresh_config = Some("another".into());
+        let (c, t) = claimed(decide_claim(Some(&r), &other));
+        assert_eq!(t, v("a", Some("10")));
+        let mut newer = committed(v("a", Some("10")));
+        newer.committed.as_mut().unwrap().config_fp = "another".into();
+        let r2 = commit(&c, "t", done(t), 11, MAX).unwrap();
+        assert_eq!(r2.status, Status::Done);
+        // An older version is stale whatever the configuration.
+        let mut old = req(v("z", Some("05")), "t2", 12);
+        old.refresh_config = Some("another".into());
+        assert!(matches!(
+            decide_claim(Some(&newer), &old),
+            Decision::Skip(Skip::Stale)
+        ));
     }
 
     #[test]

@@ -670,6 +670,152 @@ async fn store_failures_are_reported_per_object_and_keep_the_window_open(b: Back
     assert_eq!(o3.window.from_ms, o2.window.to_ms, "closed at last");
 }
 
+/// The orders source alone, with `quantity` of type `quantity_type`.
+fn orders_with_quantity(
+    b: &Backends,
+    quantity_type: &str,
+) -> std::sync::Arc<tidemark::config::Config> {
+    let doc = serde_json::json!({"sources": [{
+        "source_id": "orders", "bucket": b.landing, "prefix": "in/", "format": "csv",
+        "schema": [
+            {"name": "order_id", "type": "int64", "nullable": false},
+            {"name": "customer", "type": "string"},
+            {"name": "quantity", "type": quantity_type},
+            {"name": "amount", "type": "decimal(12,2)"},
+            {"name": "ordered_at", "type": "timestamp"}
+        ],
+        "sum_columns": ["quantity", "amount"],
+        "output": {"bucket": b.lake, "prefix": "orders/"},
+        "reconcile": {"grace_minutes": 0}
+    }]});
+    std::sync::Arc::new(tidemark::config::Config::from_json(&doc.to_string()).unwrap())
+}
+
+/// `backfill --stale-config` takes exactly the objects committed under an older
+/// configuration (here quantity int32 → int64), replaces their outputs and advances their
+/// commits to the new fingerprint; objects already under the new one, and a second run,
+/// take nothing.
+async fn a_stale_config_backfill_reprocesses_only_objects_of_the_old_config(b: Backends) {
+    let (expected, _) = land(&b, 4).await;
+    let mut p = b.pipeline();
+    let old = orders_with_quantity(&b, "int32");
+    let new = orders_with_quantity(&b, "int64");
+    let old_fp = old.source("orders").unwrap().fingerprint.clone();
+    let new_fp = new.source("orders").unwrap().fingerprint.clone();
+    assert_ne!(old_fp, new_fp);
+    let all = |stale_config: bool| Request {
+        source: "orders".into(),
+        stale_config,
+        ..Request::default()
+    };
+    p.config = old.clone();
+    let r = backfill::run(&p, &old, &all(false), &b.ctx("old"), i64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(r.processed, 4);
+
+    // Under the new configuration: one more object, processed normally.
+    p.config = new.clone();
+    let (csv, late) = orders_csv(90_000, 7);
+    b.upload("in/2026/11/late.csv", &csv).await;
+    let r = backfill::run(&p, &new, &all(false), &b.ctx("new"), i64::MAX)
+        .await
+        .unwrap();
+    assert_eq!((r.processed, r.already_done), (1, 4), "{r:?}");
+
+    // A dry run names exactly the four objects of the old configuration.
+    let dry = Request {
+        dry_run: true,
+        ..all(true)
+    };
+    let r = backfill::run(&p, &new, &dry, &b.ctx("dry"), i64::MAX)
+        .await
+        .unwrap();
+    let old_keys: Vec<String> = (0..4).map(|i| format!("in/2026/11/{i:02}.csv")).collect();
+    assert_eq!(r.would_process, old_keys);
+    assert_eq!((r.taken, r.already_done), (4, 1));
+
+    // In slices of three, through the continuation.
+    let mut req = Request {
+        max_objects: Some(3),
+        ..all(true)
+    };
+    let first = backfill::run(&p, &new, &req, &b.ctx("stale-1"), i64::MAX)
+        .await
+        .unwrap();
+    assert_eq!((first.processed, first.done), (3, false), "{first:?}");
+    req.continuation = first.continuation;
+    let second = backfill::run(&p, &new, &req, &b.ctx("stale-2"), i64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        (second.processed, second.failed, second.done),
+        (1, 0, true),
+        "{second:?}"
+    );
+
+    // Every commit is now under the new configuration; only the old four were redone.
+    for r in b.ledger.list("orders").await.unwrap() {
+        let c = r.committed.as_ref().unwrap();
+        assert_eq!(
+            (r.status, c.config_fp.as_str()),
+            (Status::Done, new_fp.as_str()),
+            "{}",
+            r.key
+        );
+        let redone = c.run_id.starts_with("stale-");
+        assert_eq!(
+            redone,
+            r.key != "in/2026/11/late.csv",
+            "{}: run {}",
+            r.key,
+            c.run_id
+        );
+    }
+    // Every output has the new column type, and the lake holds each row once.
+    let lake = b.lake_objects("orders/").await;
+    assert_eq!(lake.len(), 5);
+    let (mut rows, mut quantity) = (0, 0i128);
+    for (key, body) in lake {
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(body)
+            .unwrap()
+            .build()
+            .unwrap();
+        for batch in reader {
+            let batch = batch.unwrap();
+            let q = batch.column_by_name("quantity").unwrap();
+            let int64 =
+                <arrow_array::types::Int64Type as arrow_array::ArrowPrimitiveType>::DATA_TYPE;
+            assert_eq!(q.data_type(), &int64, "{key}");
+            rows += batch.num_rows() as u64;
+            quantity +=
+                arrow_array::cast::AsArray::as_primitive::<arrow_array::types::Int64Type>(q)
+                    .iter()
+                    .flatten()
+                    .map(i128::from)
+                    .sum::<i128>();
+        }
+    }
+    assert_eq!(
+        (rows, quantity),
+        (expected.rows + late.rows, expected.quantity + late.quantity)
+    );
+
+    let again = backfill::run(&p, &new, &all(true), &b.ctx("again"), i64::MAX)
+        .await
+        .unwrap();
+    assert_eq!((again.taken, again.already_done, again.done), (0, 5, true));
+    let both = Request {
+        replay: true,
+        ..all(true)
+    };
+    assert!(
+        backfill::run(&p, &new, &both, &b.ctx("x"), i64::MAX)
+            .await
+            .is_err()
+    );
+}
+
 macro_rules! on_both {
     ($($name:ident),* $(,)?) => {
         mod aws {
@@ -697,4 +843,5 @@ on_both!(
     a_backfill_request_with_unknown_fields_is_refused,
     scheduled_runs_close_each_window_once_and_write_reports,
     store_failures_are_reported_per_object_and_keep_the_window_open,
+    a_stale_config_backfill_reprocesses_only_objects_of_the_old_config,
 );

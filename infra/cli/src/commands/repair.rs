@@ -71,6 +71,10 @@ pub struct BackfillArgs {
     /// Re-process the range without advancing the ledger.
     #[arg(long)]
     pub replay: bool,
+    /// Re-process only the objects processed under an older configuration of the source
+    /// (another schema, format or output), advancing the ledger.
+    #[arg(long, conflicts_with = "replay")]
+    pub stale_config: bool,
     /// Resume after this key (a previous slice's continuation).
     #[arg(long, value_name = "KEY")]
     pub continuation: Option<String>,
@@ -243,6 +247,7 @@ pub async fn backfill_command(
         max_bytes: args.max_bytes,
         dry_run: args.dry_run,
         replay: args.replay,
+        stale_config: args.stale_config,
         continuation: args.continuation.clone(),
     };
     let mut slices = Vec::new();
@@ -262,7 +267,13 @@ pub async fn backfill_command(
         audit::record(
             backend,
             &args.source,
-            if args.replay { "backfill --replay" } else { "backfill" },
+            if args.replay {
+                "backfill --replay"
+            } else if args.stale_config {
+                "backfill --stale-config"
+            } else {
+                "backfill"
+            },
             json!({"prefix": args.prefix, "since": args.since, "until": args.until, "slices": slices.len()}),
             processed,
         )

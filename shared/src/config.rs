@@ -135,6 +135,8 @@ pub enum FormatDoc {
     Csv,
     /// One JSON object per line.
     Jsonl,
+    /// Parquet, columns matched by name (the file is spooled to local disk to be read).
+    Parquet,
 }
 
 /// CSV options of a source.
@@ -543,7 +545,7 @@ impl Source {
                 "must be at least 1",
             ));
         }
-        if doc.format == FormatDoc::Jsonl && doc.csv.is_some() {
+        if doc.format != FormatDoc::Csv && doc.csv.is_some() {
             return Err(invalid(format!("{at}.csv"), "only for format \"csv\""));
         }
         if let Some(csv) = &doc.csv {
@@ -605,6 +607,7 @@ impl Source {
         };
         let format = match self.doc.format {
             FormatDoc::Jsonl => InputFormat::JsonLines,
+            FormatDoc::Parquet => InputFormat::Parquet,
             FormatDoc::Csv => {
                 let c = self.doc.csv.clone().unwrap_or_default();
                 // Validated as ASCII in `Source::new`.
@@ -765,6 +768,35 @@ mod tests {
             c.sources[0].output_key("orders/2024-03-09.csv"),
             "out/dt=2024-03-09/2024-03-09.csv.parquet"
         );
+    }
+
+    #[test]
+    fn parquet_sources_take_no_csv_options_and_any_wrapper() {
+        let parquet = doc("").replace(r#""format":"csv""#, r#""format":"parquet""#);
+        let c = Config::from_json(&parquet).unwrap();
+        let s = &c.sources[0];
+        assert_eq!(s.doc.format, FormatDoc::Parquet);
+        let spec = s.convert_spec("orders/a.parquet");
+        assert_eq!(spec.format, InputFormat::Parquet);
+        assert_eq!(spec.compression, Compression::None);
+        assert_eq!(
+            s.convert_spec("orders/a.parquet.gz").compression,
+            Compression::Gzip
+        );
+        assert_eq!(
+            s.convert_spec("orders/a.parquet.zst").compression,
+            Compression::Zstd
+        );
+        let with_csv = parquet.replace(r#""format":"parquet""#, r#""format":"parquet","csv":{}"#);
+        let e = Config::from_json(&with_csv).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            r#"invalid configuration at sources[0].csv: only for format "csv""#
+        );
+        let e = Config::from_json(&doc("").replace(r#""format":"csv""#, r#""format":"orc""#))
+            .unwrap_err();
+        assert!(e.to_string().contains("sources[0].format"), "{e}");
+        assert!(e.to_string().contains("parquet"), "{e}");
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! - [`model`], [`protocol`]: ledger records and the pure rules that move them.
 //! - [`ports`]: `ObjectStore`, `Ledger`, `Clock`; [`aws`]: their S3 and DynamoDB adapters.
 //! - [`local`]: the embedded adapters: local folders as buckets, a SQLite ledger.
-//! - [`schema`], [`convert`]: CSV / JSON Lines (plain, gzip, zstd) → Parquet, rows and sums.
+//! - [`schema`], [`convert`]: CSV / JSON Lines / Parquet (plain, gzip, zstd) → Parquet, rows and sums.
 //! - [`process`]: the per-object path every capability shares.
 //! - [`ingest`]: the ingest handler (the Lambda's body, also runnable in-process).
 //! - [`reconcile`], [`backfill`]: find and repair what was missed; bounded, resumable backfills

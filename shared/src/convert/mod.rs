@@ -1,4 +1,4 @@
-//! Conversion of one CSV or JSON Lines object, possibly gzip- or zstd-compressed,
+//! Conversion of one CSV, JSON Lines or Parquet object, possibly gzip- or zstd-compressed,
 //! into one Parquet file, with the row count and column sums that let a caller
 //! check the result against the source.
 //!
@@ -20,6 +20,9 @@
 mod csv;
 mod input;
 mod json;
+// Not `mod parquet`, which would shadow the crate of that name here.
+#[path = "parquet.rs"]
+mod parquet_input;
 mod stats;
 #[cfg(test)]
 mod testutil;
@@ -79,6 +82,9 @@ pub enum InputFormat {
     /// One JSON object per line, keys matched to the schema by name; keys not in the
     /// schema are ignored, missing keys are NULL, blank lines are skipped.
     JsonLines,
+    /// A Parquet file, columns matched to the schema by name and read by row group; the
+    /// input is spooled to a temporary file first (see `convert/parquet.rs`).
+    Parquet,
 }
 
 /// CSV dialect.
@@ -401,6 +407,7 @@ fn decode<R: Read>(
     let mut batches: Box<dyn Batches + '_> = match spec.format {
         InputFormat::Csv(options) => Box::new(csv::CsvBatches::new(reader, options, spec, types)?),
         InputFormat::JsonLines => Box::new(json::JsonBatches::new(reader, spec)?),
+        InputFormat::Parquet => Box::new(parquet_input::ParquetBatches::new(reader, spec, &types)?),
     };
     let mut rows = 0;
     while let Some(batch) = batches.next_batch()? {

@@ -1,0 +1,967 @@
+//! Parquet input: a Parquet file (possibly wrapped whole in gzip or zstd) read row group
+//! by row group, projected onto the source's columns and cast to the source's types.
+//!
+//! Parquet keeps its footer at the end and is read by seeking, while the converter reads
+//! its input once, front to back. The decompressed input is therefore spooled to an
+//! anonymous temporary file first (in the system's temporary directory: `/tmp` in
+//! Lambda), which costs local disk equal to the decompressed object and is gone when the
+//! converter drops it (or its process dies). [`ConvertSpec::max_decoded_bytes`] bounds
+//! the spool as it bounds any decompressed input. The file is then read with only the
+//! source's columns projected and [`ConvertSpec::batch_rows`] rows at a time, so memory
+//! is bounded by a batch of the projected columns (and a page of each), not by the file.
+//!
+//! The contract between a file and the source's schema:
+//!
+//! - columns are matched by exact name, in any order; file columns that the schema does
+//!   not name are not read;
+//! - a schema column absent from the file is NULL when nullable, and otherwise fails the
+//!   object before any row is read;
+//! - a file column must hold its schema column's type, or a type every value of which
+//!   the schema's type stores exactly: `int8`/`int16`/`uint8`/`uint16` into `int32`,
+//!   those and `int32`/`uint32` into `int64`, `float32` into `float64`, an integer or
+//!   decimal into a decimal with at least as many integer digits and at least the
+//!   scale, strings (large, view or dictionary-encoded) into `string`, timestamps of any
+//!   unit and zone (or none: read as UTC) into `timestamp`; anything else fails the
+//!   object naming the column and both types;
+//! - values are stored exactly or refused, naming the 1-based row of the file: a
+//!   nanosecond timestamp that is not a whole microsecond, a second or millisecond
+//!   timestamp beyond the microsecond range, a NULL in a non-nullable column.
+
+use std::fs::File;
+use std::io::{self, BufRead, Write};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMicrosecondArray, new_null_array};
+use arrow_cast::{CastOptions, cast_with_options};
+use arrow_schema::{DataType, SchemaRef, TimeUnit};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+
+use super::{Batches, ConvertError, ConvertSpec};
+use crate::schema::ColumnType;
+
+/// Casts that must never turn a value into NULL: an unexpected failure is an error.
+const STRICT: CastOptions<'static> = CastOptions {
+    safe: false,
+    format_options: arrow_cast::display::FormatOptions::new(),
+};
+
+/// How a file column becomes its schema column.
+#[derive(Debug, Clone, PartialEq)]
+enum How {
+    /// Already of the schema's type.
+    Same,
+    /// A lossless arrow cast (widening, string flavours, dictionary unpacking).
+    Cast,
+    /// A timestamp of this unit, to UTC microseconds, checked value by value.
+    Timestamp(TimeUnit),
+}
+
+/// One column of the output.
+#[derive(Debug)]
+struct Column {
+    name: String,
+    data_type: DataType,
+    nullable: bool,
+    /// Position in the projected batch and how to read it; `None`: absent, all NULL.
+    source: Option<(usize, How)>,
+}
+
+/// Batches of a spooled Parquet file in the spec's schema.
+pub(super) struct ParquetBatches {
+    /// `None` once the file is read, or when nothing needs to be read from it.
+    reader: Option<ParquetRecordBatchReader>,
+    /// Rows still to produce when no file column is projected (all-NULL batches).
+    blank_rows: u64,
+    batch_rows: usize,
+    columns: Vec<Column>,
+    schema: SchemaRef,
+    /// Rows produced so far.
+    rows: u64,
+}
+
+impl ParquetBatches {
+    /// Spools `input` and checks the file's footer and columns against the spec's schema.
+    pub(super) fn new(
+        input: impl BufRead,
+        spec: &ConvertSpec,
+        types: &[ColumnType],
+    ) -> Result<Self, ConvertError> {
+        let file = spool(input)?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+            .map_err(|e| invalid(format!("not a valid Parquet file: {e}")))?;
+        let metadata = builder.metadata().clone();
+        let groups: i64 = metadata.row_groups().iter().map(|g| g.num_rows()).sum();
+        let total = metadata.file_metadata().num_rows();
+        if total != groups || total < 0 {
+            return Err(invalid(format!(
+                "not a valid Parquet file: the footer counts {total} rows, its row groups {groups}"
+            )));
+        }
+        let file_schema = builder.schema().clone();
+
+        // File root of each schema column, then their positions once projected (the
+        // projected batch keeps the file's column order).
+        let mut roots = Vec::new();
+        let mut plans = Vec::new();
+        for (field, ty) in spec.schema.fields().iter().zip(types) {
+            let name = field.name();
+            let mut found = file_schema
+                .fields()
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.name() == name);
+            let plan = match (found.next(), found.next()) {
+                (Some(_), Some(_)) => {
+                    return Err(column_error(name, "appears more than once in the file"));
+                }
+                (None, _) if field.is_nullable() => None,
+                (None, _) => {
+                    return Err(column_error(
+                        name,
+                        "missing from the file, and the source's schema requires it",
+                    ));
+                }
+                (Some((root, file_field)), None) => {
+                    let read = plan(file_field.data_type(), *ty).ok_or_else(|| {
+                        column_error(
+                            name,
+                            format!(
+                                "type {} in the file cannot be read as {ty}",
+                                file_field.data_type()
+                            ),
+                        )
+                    })?;
+                    roots.push(root);
+                    Some((root, read))
+                }
+            };
+            plans.push(plan);
+        }
+        roots.sort_unstable();
+        let columns = spec
+            .schema
+            .fields()
+            .iter()
+            .zip(plans)
+            .map(|(field, plan)| Column {
+                name: field.name().clone(),
+                data_type: field.data_type().clone(),
+                nullable: field.is_nullable(),
+                source: plan
+                    .map(|(root, read)| (roots.binary_search(&root).unwrap_or_default(), read)),
+            })
+            .collect();
+
+        let rows = u64::try_from(total).unwrap_or_default();
+        let reader = if roots.is_empty() || rows == 0 {
+            None
+        } else {
+            let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+            let reader = builder
+                .with_projection(mask)
+                .with_batch_size(spec.batch_rows)
+                .build()
+                .map_err(|e| invalid(format!("not a valid Parquet file: {e}")))?;
+            Some(reader)
+        };
+        Ok(Self {
+            blank_rows: if reader.is_none() { rows } else { 0 },
+            reader,
+            batch_rows: spec.batch_rows,
+            columns,
+            schema: spec.schema.clone(),
+            rows: 0,
+        })
+    }
+
+    /// The next projected batch of the file, or the row count of the next all-NULL one.
+    fn next_file_batch(&mut self) -> Result<Option<(usize, Option<RecordBatch>)>, ConvertError> {
+        if let Some(reader) = &mut self.reader {
+            return match reader.next() {
+                Some(Ok(batch)) => Ok(Some((batch.num_rows(), Some(batch)))),
+                Some(Err(e)) => Err(invalid(format!(
+                    "cannot read the Parquet data after row {}: {e}",
+                    self.rows
+                ))),
+                None => {
+                    self.reader = None;
+                    Ok(None)
+                }
+            };
+        }
+        if self.blank_rows == 0 {
+            return Ok(None);
+        }
+        let n = self.blank_rows.min(self.batch_rows as u64);
+        self.blank_rows -= n;
+        Ok(Some((n as usize, None)))
+    }
+}
+
+impl Batches for ParquetBatches {
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
+        let Some((len, batch)) = self.next_file_batch()? else {
+            return Ok(None);
+        };
+        let first_row = self.rows + 1;
+        let arrays = self
+            .columns
+            .iter()
+            .map(|column| {
+                let array = match (&column.source, &batch) {
+                    (Some((at, read)), Some(batch)) => {
+                        read_column(batch.column(*at), read, column, first_row)?
+                    }
+                    _ => new_null_array(&column.data_type, len),
+                };
+                if !column.nullable && array.null_count() > 0 {
+                    let row = (0..array.len()).find(|&r| array.is_null(r)).unwrap_or(0);
+                    return Err(row_error(
+                        first_row + row as u64,
+                        &column.name,
+                        "missing value in a non-nullable column",
+                    ));
+                }
+                Ok(array)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let batch = RecordBatch::try_new(self.schema.clone(), arrays)
+            .map_err(|e| invalid(format!("cannot assemble a batch: {e}")))?;
+        self.rows += len as u64;
+        Ok(Some(batch))
+    }
+}
+
+/// Copies `input` to an anonymous temporary file, removed when dropped.
+fn spool(mut input: impl BufRead) -> Result<File, ConvertError> {
+    let spool_error = |e: io::Error| {
+        ConvertError::Io(io::Error::new(
+            e.kind(),
+            format!("cannot spool the Parquet input to a temporary file: {e}"),
+        ))
+    };
+    let mut file = tempfile::tempfile().map_err(spool_error)?;
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok([]) => break,
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.into()),
+        };
+        file.write_all(chunk).map_err(spool_error)?;
+        let n = chunk.len();
+        input.consume(n);
+    }
+    file.flush().map_err(spool_error)?;
+    Ok(file)
+}
+
+/// How a file column of type `file` is read as `target`, `None` if it cannot be without
+/// losing values.
+fn plan(file: &DataType, target: ColumnType) -> Option<How> {
+    use DataType as D;
+    if *file == target.to_arrow() {
+        return Some(How::Same);
+    }
+    if let D::Dictionary(_, values) = file {
+        // Unpacked first, then read as the values' type would be.
+        return plan(values, target).map(|read| match read {
+            How::Same => How::Cast,
+            read => read,
+        });
+    }
+    let cast = match (target, file) {
+        (ColumnType::Int32, D::Int8 | D::Int16 | D::UInt8 | D::UInt16) => true,
+        (ColumnType::Int64, D::Int8 | D::Int16 | D::Int32 | D::UInt8 | D::UInt16 | D::UInt32) => {
+            true
+        }
+        (ColumnType::Float64, D::Float32) => true,
+        (ColumnType::String, D::Utf8 | D::LargeUtf8 | D::Utf8View) => true,
+        (ColumnType::Timestamp, D::Timestamp(unit, _)) => return Some(How::Timestamp(*unit)),
+        (ColumnType::Decimal { precision, scale }, file) => {
+            let (digits, file_scale) = match *file {
+                D::Int8 | D::UInt8 => (3, 0),
+                D::Int16 | D::UInt16 => (5, 0),
+                D::Int32 | D::UInt32 => (10, 0),
+                D::Int64 => (19, 0),
+                D::UInt64 => (20, 0),
+                D::Decimal32(p, s)
+                | D::Decimal64(p, s)
+                | D::Decimal128(p, s)
+                | D::Decimal256(p, s)
+                    if s >= 0 && i16::from(s) <= i16::from(p) =>
+                {
+                    (i16::from(p) - i16::from(s), i16::from(s))
+                }
+                _ => return None,
+            };
+            let (precision, scale) = (i16::from(precision), i16::from(scale));
+            file_scale <= scale && digits <= precision - scale
+        }
+        _ => false,
+    };
+    cast.then_some(How::Cast)
+}
+
+/// Reads one file column as `column`, rows numbered from `first_row`.
+fn read_column(
+    array: &ArrayRef,
+    read: &How,
+    column: &Column,
+    first_row: u64,
+) -> Result<ArrayRef, ConvertError> {
+    let cast_error =
+        |e: arrow_schema::ArrowError| column_error(&column.name, format!("cannot read: {e}"));
+    match read {
+        How::Same => Ok(array.clone()),
+        How::Cast => cast_with_options(array, &column.data_type, &STRICT).map_err(cast_error),
+        How::Timestamp(unit) => {
+            let array = match array.data_type() {
+                DataType::Dictionary(_, values) => {
+                    cast_with_options(array, values, &STRICT).map_err(cast_error)?
+                }
+                _ => array.clone(),
+            };
+            let raw = cast_with_options(&array, &DataType::Int64, &STRICT).map_err(cast_error)?;
+            let raw = raw.as_primitive::<Int64Type>();
+            let mut micros = Vec::with_capacity(raw.len());
+            for (i, value) in raw.iter().enumerate() {
+                let value = value
+                    .map(|v| to_micros(v, *unit))
+                    .transpose()
+                    .map_err(|message| row_error(first_row + i as u64, &column.name, message))?;
+                micros.push(value);
+            }
+            let DataType::Timestamp(_, zone) = &column.data_type else {
+                unreachable!("planned for timestamp columns only")
+            };
+            Ok(Arc::new(
+                TimestampMicrosecondArray::from(micros).with_timezone_opt(zone.clone()),
+            ))
+        }
+    }
+}
+
+/// A timestamp `value` in `unit` as microseconds, exactly, or why it cannot be.
+fn to_micros(value: i64, unit: TimeUnit) -> Result<i64, String> {
+    match unit {
+        TimeUnit::Second => value.checked_mul(1_000_000),
+        TimeUnit::Millisecond => value.checked_mul(1_000),
+        TimeUnit::Microsecond => Some(value),
+        TimeUnit::Nanosecond if value % 1_000 == 0 => Some(value / 1_000),
+        TimeUnit::Nanosecond => {
+            let shown = chrono::DateTime::from_timestamp_nanos(value)
+                .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+            return Err(format!(
+                "{shown} has digits below the microsecond and would be truncated"
+            ));
+        }
+    }
+    .ok_or_else(|| {
+        let unit = match unit {
+            TimeUnit::Second => "seconds",
+            _ => "milliseconds",
+        };
+        format!("{value} {unit} since the epoch is out of range for a timestamp in microseconds")
+    })
+}
+
+fn invalid(message: String) -> ConvertError {
+    ConvertError::parse(None, None, message)
+}
+
+fn column_error(column: &str, message: impl Into<String>) -> ConvertError {
+    ConvertError::parse(None, Some(column), message)
+}
+
+/// An error at a row of the file: `row N: column "c": …`.
+fn row_error(row: u64, column: &str, message: impl std::fmt::Display) -> ConvertError {
+    ConvertError::parse(
+        None,
+        None,
+        format!("row {row}: column {column:?}: {message}"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::builder::StringDictionaryBuilder;
+    use arrow_array::types::Int32Type;
+    use arrow_array::{
+        ArrayRef, Date32Array, Decimal128Array, Float32Array, Float64Array, Int8Array, Int16Array,
+        Int32Array, Int64Array, LargeStringArray, RecordBatch, StringArray, StringViewArray,
+        TimestampMillisecondArray, TimestampNanosecondArray, TimestampSecondArray, UInt8Array,
+        UInt16Array, UInt32Array, UInt64Array,
+    };
+    use arrow_schema::{Field, Schema};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+
+    use super::super::testutil::*;
+    use super::super::{
+        Compression, ConvertError, ConvertSpec, InputFormat, SumValue, convert, decode,
+    };
+
+    /// A Parquet file of `columns` (name, values), `row_group_rows` rows per row group.
+    fn file_with(columns: Vec<(&str, ArrayRef)>, row_group_rows: usize) -> Vec<u8> {
+        let batch = RecordBatch::try_from_iter(columns).unwrap();
+        let properties = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(row_group_rows))
+            .build();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), Some(properties)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        out
+    }
+
+    fn file(columns: Vec<(&str, ArrayRef)>) -> Vec<u8> {
+        file_with(columns, 1024)
+    }
+
+    fn spec(columns: &str) -> ConvertSpec {
+        ConvertSpec::new(InputFormat::Parquet, schema(columns))
+    }
+
+    /// The one column `c` of type `ty` read from `array`, as text.
+    fn read_as(ty: &str, array: ArrayRef) -> Result<Vec<String>, String> {
+        let spec = spec(&format!(r#"[{{"name":"c","type":"{ty}"}}]"#));
+        let mut out = Vec::new();
+        convert(&file(vec![("c", array)])[..], &spec, &mut out).map_err(|e| e.to_string())?;
+        Ok(read_parquet(out)
+            .rows
+            .into_iter()
+            .map(|r| r[0].clone())
+            .collect())
+    }
+
+    fn ints<T: From<i8>>(values: [Option<i8>; 3]) -> Vec<Option<T>> {
+        values.into_iter().map(|v| v.map(T::from)).collect()
+    }
+
+    #[test]
+    fn the_converters_own_output_reads_back_as_the_same_rows_and_sums() {
+        let sum_columns: Vec<String> = ["id", "qty", "price", "ratio", "weight"]
+            .map(String::from)
+            .into();
+        let mut csv = csv_spec(ALL_TYPES);
+        csv.sum_columns = sum_columns.clone();
+        let mut parquet_bytes = Vec::new();
+        let csv_stats = convert(ALL_TYPES_CSV.as_bytes(), &csv, &mut parquet_bytes).unwrap();
+        let mut parquet = spec(ALL_TYPES);
+        parquet.sum_columns = sum_columns;
+        let (stats, file) = run(&parquet_bytes, &parquet);
+        assert_eq!(file.rows, all_types_rows());
+        assert_eq!((stats.rows, &stats.sums), (csv_stats.rows, &csv_stats.sums));
+        assert_eq!(stats.bytes_read, parquet_bytes.len() as u64);
+        assert_eq!(stats.bytes_decoded, parquet_bytes.len() as u64);
+    }
+
+    #[test]
+    fn columns_are_matched_by_name_and_extra_ones_ignored() {
+        let bytes = file(vec![
+            (
+                "extra",
+                Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef,
+            ),
+            ("b", Arc::new(StringArray::from(vec!["one", "two"]))),
+            ("a", Arc::new(Int64Array::from(vec![1, 2]))),
+        ]);
+        let mut spec = spec(
+            r#"[{"name":"a","type":"int64","nullable":false},{"name":"b","type":"string"},
+                {"name":"missing","type":"float64"}]"#,
+        );
+        spec.sum_columns = vec!["a".into(), "missing".into()];
+        let (stats, file) = run(&bytes, &spec);
+        assert_eq!(file.rows, text_rows(&["1|one|∅", "2|two|∅"]));
+        assert_eq!(stats.sums["a"], SumValue::Int(3));
+        assert_eq!(stats.sums["missing"], SumValue::Float(0.0));
+    }
+
+    #[test]
+    fn a_missing_required_column_fails_before_any_row() {
+        let bytes = file(vec![("a", Arc::new(Int64Array::from(vec![1])) as ArrayRef)]);
+        let spec =
+            spec(r#"[{"name":"a","type":"int64"},{"name":"x","type":"int32","nullable":false}]"#);
+        assert_eq!(
+            parse_error(&bytes, &spec),
+            r#"column "x": missing from the file, and the source's schema requires it"#
+        );
+    }
+
+    #[test]
+    fn widenings_are_accepted() {
+        let small = [Some(1), None, Some(-7)];
+        let shown = ["1", "∅", "-7"].map(String::from).to_vec();
+        for (ty, array) in [
+            ("int32", Arc::new(Int8Array::from(ints(small))) as ArrayRef),
+            ("int32", Arc::new(Int16Array::from(ints(small)))),
+            ("int64", Arc::new(Int8Array::from(ints(small)))),
+            ("int64", Arc::new(Int16Array::from(ints(small)))),
+            ("int64", Arc::new(Int32Array::from(ints(small)))),
+            ("float64", Arc::new(Float32Array::from(ints(small)))),
+        ] {
+            let shown = shown.clone();
+            let shown = if ty == "float64" {
+                ["1.0", "∅", "-7.0"].map(String::from).to_vec()
+            } else {
+                shown
+            };
+            assert_eq!(
+                read_as(ty, array.clone()),
+                Ok(shown),
+                "{} → {ty}",
+                array.data_type()
+            );
+        }
+        let unsigned = [Some(0), None, Some(200)];
+        let shown: Vec<String> = ["0", "∅", "200"].map(String::from).into();
+        let u8s: Vec<Option<u8>> = unsigned.iter().map(|v| v.map(|v: u8| v)).collect();
+        for (ty, array) in [
+            ("int32", Arc::new(UInt8Array::from(u8s.clone())) as ArrayRef),
+            (
+                "int32",
+                Arc::new(UInt16Array::from_iter(u8s.iter().map(|v| v.map(u16::from)))),
+            ),
+            (
+                "int64",
+                Arc::new(UInt32Array::from_iter(u8s.iter().map(|v| v.map(u32::from)))),
+            ),
+            (
+                "decimal(20,0)",
+                Arc::new(UInt64Array::from_iter(u8s.iter().map(|v| v.map(u64::from)))),
+            ),
+        ] {
+            assert_eq!(
+                read_as(ty, array.clone()),
+                Ok(shown.clone()),
+                "{} → {ty}",
+                array.data_type()
+            );
+        }
+        assert_eq!(
+            read_as("int64", Arc::new(UInt32Array::from(vec![u32::MAX]))),
+            Ok(vec!["4294967295".to_string()])
+        );
+        // Integers and decimals into decimals with room for every value.
+        assert_eq!(
+            read_as(
+                "decimal(12,2)",
+                Arc::new(Int32Array::from(vec![i32::MIN, 5]))
+            ),
+            Ok(vec!["-2147483648.00".to_string(), "5.00".to_string()])
+        );
+        assert_eq!(
+            read_as("decimal(21,2)", Arc::new(Int64Array::from(vec![i64::MAX]))),
+            Ok(vec!["9223372036854775807.00".to_string()])
+        );
+        let decimal = |p, s, v: Vec<i128>| {
+            Arc::new(
+                Decimal128Array::from(v)
+                    .with_precision_and_scale(p, s)
+                    .unwrap(),
+            ) as ArrayRef
+        };
+        assert_eq!(
+            read_as("decimal(12,2)", decimal(10, 2, vec![12345678901, -5])),
+            Ok(vec!["123456789.01".to_string(), "-0.05".to_string()])
+        );
+        assert_eq!(
+            read_as("decimal(14,4)", decimal(10, 2, vec![12345678901])),
+            Ok(vec!["123456789.0100".to_string()])
+        );
+        // Dates, strings of every flavour.
+        assert_eq!(
+            read_as("date", Arc::new(Date32Array::from(vec![Some(19724), None]))),
+            Ok(vec!["2024-01-02".to_string(), "∅".to_string()])
+        );
+        let words = vec![Some("a"), None, Some("b c")];
+        let shown: Vec<String> = ["a", "∅", "b c"].map(String::from).into();
+        let mut dictionary = StringDictionaryBuilder::<Int32Type>::new();
+        words.iter().for_each(|w| dictionary.append_option(*w));
+        for array in [
+            Arc::new(StringArray::from(words.clone())) as ArrayRef,
+            Arc::new(LargeStringArray::from(words.clone())),
+            Arc::new(StringViewArray::from(words.clone())),
+            Arc::new(dictionary.finish()),
+        ] {
+            assert_eq!(
+                read_as("string", array.clone()),
+                Ok(shown.clone()),
+                "{}",
+                array.data_type()
+            );
+        }
+    }
+
+    #[test]
+    fn timestamps_of_any_unit_and_zone_are_read_as_utc_micros() {
+        let at = "2024-01-02T03:04:05Z";
+        let secs = 1_704_164_645_i64;
+        for (array, shown) in [
+            (
+                Arc::new(TimestampSecondArray::from(vec![secs])) as ArrayRef,
+                at,
+            ),
+            (
+                Arc::new(TimestampSecondArray::from(vec![secs]).with_timezone("+02:00")),
+                at,
+            ),
+            (
+                Arc::new(
+                    TimestampMillisecondArray::from(vec![secs * 1000 + 5]).with_timezone("UTC"),
+                ),
+                "2024-01-02T03:04:05.005Z",
+            ),
+            (
+                Arc::new(
+                    arrow_array::TimestampMicrosecondArray::from(vec![secs * 1_000_000 + 7])
+                        .with_timezone("America/New_York"),
+                ),
+                "2024-01-02T03:04:05.000007Z",
+            ),
+            (
+                Arc::new(TimestampNanosecondArray::from(vec![
+                    secs * 1_000_000_000 + 123_456_000,
+                ])),
+                "2024-01-02T03:04:05.123456Z",
+            ),
+        ] {
+            let data_type = array.data_type().clone();
+            assert_eq!(
+                read_as("timestamp", array),
+                Ok(vec![shown.to_string()]),
+                "{data_type}"
+            );
+        }
+        assert_eq!(
+            read_as(
+                "timestamp",
+                Arc::new(TimestampNanosecondArray::from(vec![
+                    Some(0),
+                    None,
+                    Some(secs * 1_000_000_000 + 123_456_789)
+                ]))
+            ),
+            Err(r#"row 3: column "c": 2024-01-02T03:04:05.123456789Z has digits below the microsecond and would be truncated"#.to_string())
+        );
+        assert_eq!(
+            read_as(
+                "timestamp",
+                Arc::new(TimestampSecondArray::from(vec![i64::MAX]))
+            ),
+            Err(format!(
+                r#"row 1: column "c": {} seconds since the epoch is out of range for a timestamp in microseconds"#,
+                i64::MAX
+            ))
+        );
+    }
+
+    #[test]
+    fn incompatible_types_are_refused_naming_the_column_and_both_types() {
+        let decimal = |p, s| {
+            Arc::new(
+                Decimal128Array::from(vec![1])
+                    .with_precision_and_scale(p, s)
+                    .unwrap(),
+            ) as ArrayRef
+        };
+        for (ty, array, error) in [
+            (
+                "int32",
+                Arc::new(StringArray::from(vec!["1"])) as ArrayRef,
+                "type Utf8 in the file cannot be read as int32",
+            ),
+            (
+                "int32",
+                Arc::new(Int64Array::from(vec![1])),
+                "type Int64 in the file cannot be read as int32",
+            ),
+            (
+                "int32",
+                Arc::new(UInt32Array::from(vec![1])),
+                "type UInt32 in the file cannot be read as int32",
+            ),
+            (
+                "int64",
+                Arc::new(UInt64Array::from(vec![1])),
+                "type UInt64 in the file cannot be read as int64",
+            ),
+            (
+                "float32",
+                Arc::new(Float64Array::from(vec![1.0])),
+                "type Float64 in the file cannot be read as float32",
+            ),
+            (
+                "float64",
+                Arc::new(Int32Array::from(vec![1])),
+                "type Int32 in the file cannot be read as float64",
+            ),
+            (
+                "decimal(12,2)",
+                Arc::new(Int64Array::from(vec![1])),
+                "type Int64 in the file cannot be read as decimal(12,2)",
+            ),
+            (
+                "decimal(12,2)",
+                decimal(14, 2),
+                "type Decimal128(14, 2) in the file cannot be read as decimal(12,2)",
+            ),
+            (
+                "decimal(12,2)",
+                decimal(10, 3),
+                "type Decimal128(10, 3) in the file cannot be read as decimal(12,2)",
+            ),
+            (
+                "date",
+                Arc::new(TimestampSecondArray::from(vec![1])),
+                "type Timestamp(s) in the file cannot be read as date",
+            ),
+            (
+                "timestamp",
+                Arc::new(Date32Array::from(vec![1])),
+                "type Date32 in the file cannot be read as timestamp",
+            ),
+            (
+                "bool",
+                Arc::new(Int8Array::from(vec![1])),
+                "type Int8 in the file cannot be read as bool",
+            ),
+            (
+                "string",
+                Arc::new(Int32Array::from(vec![1])),
+                "type Int32 in the file cannot be read as string",
+            ),
+        ] {
+            assert_eq!(read_as(ty, array), Err(format!(r#"column "c": {error}"#)));
+        }
+    }
+
+    #[test]
+    fn a_null_in_a_required_column_names_its_row() {
+        let values: Vec<Option<i32>> = (0..2500).map(|i| (i != 2100).then_some(i)).collect();
+        let bytes = file_with(
+            vec![("n", Arc::new(Int32Array::from(values)) as ArrayRef)],
+            1000,
+        );
+        let mut spec = spec(r#"[{"name":"n","type":"int64","nullable":false}]"#);
+        spec.batch_rows = 256;
+        assert_eq!(
+            parse_error(&bytes, &spec),
+            r#"row 2101: column "n": missing value in a non-nullable column"#
+        );
+    }
+
+    #[test]
+    fn many_row_groups_stream_in_bounded_batches() {
+        let n = 20_000;
+        let bytes = file_with(
+            vec![
+                (
+                    "wide",
+                    Arc::new(StringArray::from_iter_values(
+                        (0..n).map(|i| format!("{i:0>200}")),
+                    )) as ArrayRef,
+                ),
+                ("n", Arc::new(Int32Array::from_iter_values(0..n))),
+            ],
+            1000,
+        );
+        let mut spec = spec(r#"[{"name":"n","type":"int64","nullable":false}]"#);
+        spec.batch_rows = 300;
+        spec.sum_columns = vec!["n".into()];
+        let mut batches = 0;
+        let stats = decode(&bytes[..], &spec, |batch| {
+            assert!(batch.num_rows() <= 300, "{}", batch.num_rows());
+            assert_eq!(batch.num_columns(), 1, "only the schema's column");
+            batches += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(stats.rows, n as u64);
+        assert!(batches >= n as usize / 300, "{batches}");
+        assert_eq!(
+            stats.sums["n"],
+            SumValue::Int(i128::from(n - 1) * i128::from(n) / 2)
+        );
+        spec.row_group_rows = 5000;
+        let (stats, file) = run(&bytes, &spec);
+        assert_eq!((stats.rows, stats.row_groups), (n as u64, 4));
+        assert_eq!(file.rows[12_345], ["12345"]);
+    }
+
+    #[test]
+    fn all_columns_missing_gives_null_rows_of_the_files_length() {
+        let bytes = file_with(
+            vec![(
+                "other",
+                Arc::new(Int32Array::from_iter_values(0..7)) as ArrayRef,
+            )],
+            3,
+        );
+        let mut spec = spec(r#"[{"name":"a","type":"string"}]"#);
+        spec.batch_rows = 2;
+        let (stats, file) = run(&bytes, &spec);
+        assert_eq!(stats.rows, 7);
+        assert!(file.rows.iter().all(|r| r == &["∅"]));
+    }
+
+    #[test]
+    fn zero_rows_give_a_valid_empty_output() {
+        let bytes = file(vec![(
+            "a",
+            Arc::new(Int32Array::from(Vec::<i32>::new())) as ArrayRef,
+        )]);
+        let mut spec = spec(r#"[{"name":"a","type":"int64","nullable":false}]"#);
+        spec.sum_columns = vec!["a".into()];
+        let (stats, file) = run(&bytes, &spec);
+        assert_eq!((stats.rows, file.rows.len()), (0, 0));
+        assert_eq!(stats.sums["a"], SumValue::Int(0));
+    }
+
+    #[test]
+    fn a_gzip_or_zstd_wrapped_file_is_read_through_its_wrapper() {
+        let bytes = file(vec![
+            ("b", Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef),
+            ("a", Arc::new(Int32Array::from(vec![4, 5]))),
+        ]);
+        let mut spec = spec(r#"[{"name":"a","type":"int64"},{"name":"b","type":"string"}]"#);
+        spec.sum_columns = vec!["a".into()];
+        for (compression, wrapped) in [
+            (Compression::Gzip, gzip(&bytes)),
+            (Compression::Zstd, zstd(&bytes)),
+        ] {
+            spec.compression = compression;
+            let (stats, file) = run(&wrapped, &spec);
+            assert_eq!(file.rows, text_rows(&["4|x", "5|y"]), "{compression}");
+            assert_eq!(stats.sums["a"], SumValue::Int(9));
+            assert_eq!(stats.bytes_read, wrapped.len() as u64);
+            assert_eq!(stats.bytes_decoded, bytes.len() as u64);
+            // A truncated wrapper is a decompression error, as for text.
+            let err = fail(&wrapped[..wrapped.len() - 8], &spec);
+            assert!(matches!(err, ConvertError::Decompress { .. }), "{err:?}");
+        }
+    }
+
+    #[test]
+    fn the_spool_is_bounded_by_max_decoded_bytes() {
+        let bytes = file(vec![(
+            "a",
+            Arc::new(Int32Array::from_iter_values(0..1000)) as ArrayRef,
+        )]);
+        let mut spec = spec(r#"[{"name":"a","type":"int32"}]"#);
+        spec.max_decoded_bytes = Some(bytes.len() as u64 - 1);
+        assert!(matches!(fail(&bytes, &spec), ConvertError::TooLarge { .. }));
+        spec.max_decoded_bytes = Some(bytes.len() as u64);
+        assert_eq!(run(&bytes, &spec).0.rows, 1000);
+    }
+
+    #[test]
+    fn corrupt_or_truncated_files_are_errors_never_panics() {
+        let bytes = file_with(
+            vec![
+                (
+                    "a",
+                    Arc::new(Int64Array::from_iter_values(0..3000)) as ArrayRef,
+                ),
+                (
+                    "s",
+                    Arc::new(StringArray::from_iter_values(
+                        (0..3000).map(|i| format!("v{}", i % 17)),
+                    )),
+                ),
+            ],
+            700,
+        );
+        let spec =
+            spec(r#"[{"name":"a","type":"int64","nullable":false},{"name":"s","type":"string"}]"#);
+        for input in [
+            &b""[..],
+            b"PAR1",
+            ALL_TYPES_CSV.as_bytes(),
+            &bytes[..bytes.len() - 1],
+            &bytes[..bytes.len() / 2],
+        ] {
+            let err = fail(input, &spec);
+            assert!(
+                err.to_string().starts_with("not a valid Parquet file: "),
+                "{err}"
+            );
+        }
+        // Flipped bytes anywhere: an error or (if the flip is harmless) a result, no panic.
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut failures = 0;
+        for _ in 0..400 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let mut corrupt = bytes.clone();
+            let at = (state % corrupt.len() as u64) as usize;
+            corrupt[at] ^= 1 << (state >> 60 & 7);
+            match convert(&corrupt[..], &spec, Vec::new()) {
+                Ok(stats) => assert_eq!(stats.rows, 3000),
+                Err(e) => {
+                    assert!(matches!(e, ConvertError::Parse { .. }), "{e:?}");
+                    failures += 1;
+                }
+            }
+        }
+        assert!(failures > 0);
+    }
+
+    #[test]
+    fn column_codecs_snappy_gzip_and_zstd_are_read() {
+        use parquet::basic::{Compression as Codec, GzipLevel, ZstdLevel};
+        let batch = RecordBatch::try_from_iter(vec![(
+            "a",
+            Arc::new(Int64Array::from_iter_values(0..5000)) as ArrayRef,
+        )])
+        .unwrap();
+        let mut spec = spec(r#"[{"name":"a","type":"int64"}]"#);
+        spec.sum_columns = vec!["a".into()];
+        for codec in [
+            Codec::UNCOMPRESSED,
+            Codec::SNAPPY,
+            Codec::GZIP(GzipLevel::default()),
+            Codec::ZSTD(ZstdLevel::default()),
+        ] {
+            let properties = WriterProperties::builder().set_compression(codec).build();
+            let mut out = Vec::new();
+            let mut writer =
+                ArrowWriter::try_new(&mut out, batch.schema(), Some(properties)).unwrap();
+            writer.write(&batch).unwrap();
+            writer.close().unwrap();
+            let (stats, _) = run(&out, &spec);
+            assert_eq!(stats.sums["a"], SumValue::Int(4999 * 5000 / 2), "{codec}");
+        }
+    }
+
+    #[test]
+    fn duplicate_file_columns_are_ambiguous() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", arrow_schema::DataType::Int32, true),
+            Field::new("a", arrow_schema::DataType::Int32, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int32Array::from(vec![1])),
+                Arc::new(Int32Array::from(vec![2])),
+            ],
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, schema, None).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        assert_eq!(
+            parse_error(&out, &spec(r#"[{"name":"a","type":"int32"}]"#)),
+            r#"column "a": appears more than once in the file"#
+        );
+    }
+}

@@ -606,14 +606,38 @@ impl Scan {
         budget: usize,
     ) -> Found {
         let terminator = |b: u8| b == b'\n' || b == b'\r';
-        for (i, &b) in bytes.iter().enumerate() {
+        // The bytes that end an unquoted (a quoted) field or change its state; all others
+        // are skipped in bulk, so that the state machine below runs only at field edges.
+        let unquoted = [o.delimiter, b'\n', b'\r'];
+        let quoted = [o.quote, o.escape.unwrap_or(o.quote), o.quote];
+        let mut i = 0;
+        while i < bytes.len() {
+            let special = match self.state {
+                State::Unquoted => Some(unquoted),
+                State::Quoted => Some(quoted),
+                _ => None,
+            };
+            if let Some(special) = special {
+                // Up to the first byte that would make the record too long: the step
+                // below reports it.
+                let too_long = self
+                    .record_start
+                    .saturating_add(max_record)
+                    .saturating_sub(base);
+                i = skip_to(bytes, i, bytes.len().min(too_long), special);
+                if i == bytes.len() {
+                    break;
+                }
+            }
+            let b = bytes[i];
+            i += 1;
             if self.state == State::StartRecord {
                 if terminator(b) {
                     continue;
                 }
                 self.state = State::StartField;
                 self.field = 0;
-                self.record_start = base + i;
+                self.record_start = base + i - 1;
             }
             // The same order of tests as csv-core's NFA (quote, delimiter, terminator).
             self.state = match self.state {
@@ -631,20 +655,50 @@ impl Scan {
                 State::Quoted | State::Escaped => State::Quoted,
                 State::QuoteEnd if b == o.quote => State::Quoted,
                 State::QuoteEnd => {
-                    return Found::Malformed(i, "text after the closing quote of a quoted field");
+                    return Found::Malformed(
+                        i - 1,
+                        "text after the closing quote of a quoted field",
+                    );
                 }
                 State::StartRecord => unreachable!("left above"),
             };
             if self.state == State::StartRecord {
-                if base + i + 1 >= budget {
-                    return Found::Boundary(i + 1);
+                if base + i >= budget {
+                    return Found::Boundary(i);
                 }
-            } else if base + i + 1 - self.record_start > max_record {
-                return Found::TooLong(i + 1);
+            } else if base + i - self.record_start > max_record {
+                return Found::TooLong(i);
             }
         }
         Found::End
     }
+}
+
+/// The index of the first of `special` in `bytes[from..end]`, or `end`: eight bytes at a
+/// time (in the lowest flagged byte of each test a byte equal to the special one is zero,
+/// so the lowest flag of all is a true match), then byte by byte.
+fn skip_to(bytes: &[u8], from: usize, end: usize, special: [u8; 3]) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut i = from;
+    while i + 8 <= end {
+        let Some(word) = bytes.get(i..i + 8).and_then(|w| w.try_into().ok()) else {
+            break;
+        };
+        let word = u64::from_le_bytes(word);
+        let found = special.iter().fold(0, |found, &b| {
+            let x = word ^ (ONES * u64::from(b));
+            found | (x.wrapping_sub(ONES) & !x & HIGH)
+        });
+        if found != 0 {
+            return i + (found.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < end && !special.contains(&bytes[i]) {
+        i += 1;
+    }
+    i
 }
 
 /// An arrow-csv reader builder for `options`, without header (the header is skipped
@@ -1083,6 +1137,36 @@ mod tests {
             parse_error("a,b,c,ddddddddd\n1,x,1\n", &spec),
             "line 1: the record is longer than the limit of 10 bytes (max_record_bytes)",
         );
+    }
+
+    #[test]
+    fn skipping_in_bulk_finds_the_first_special_byte() {
+        let mut state = 0x1f83_d9ab_fb41_bd6b_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..100_000 {
+            let len = (next() % 40) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| match next() % 8 {
+                    0 => b",\n\r\"\x80\xff\x00\x01"[(next() % 8) as usize],
+                    _ => b'a' + (next() % 26) as u8,
+                })
+                .collect();
+            let special = [b',', b'\n', b'\r'];
+            let from = (next() as usize) % (len + 1);
+            let end = from + (next() as usize) % (len - from + 1);
+            let expected = (from..end)
+                .find(|&i| special.contains(&bytes[i]))
+                .unwrap_or(end);
+            assert_eq!(skip_to(&bytes, from, end, special), expected, "{bytes:?}");
+            let quote = [b'"', b'"', b'"'];
+            let expected = (from..end).find(|&i| bytes[i] == b'"').unwrap_or(end);
+            assert_eq!(skip_to(&bytes, from, end, quote), expected, "{bytes:?}");
+        }
     }
 
     /// The converter reads what arrow-csv (csv-core) reads, except where csv-core is

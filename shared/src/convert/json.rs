@@ -216,6 +216,7 @@ impl DecoderFactory for Strict {
             return Ok(Some(Box::new(Root {
                 inner: ctx.make_builtin_decoder(field, is_nullable)?,
                 index,
+                names: fields.iter().map(|f| f.name().clone()).collect(),
                 seen: vec![0; fields.len()],
                 generation: 0,
             })));
@@ -248,6 +249,9 @@ struct Root {
     inner: Box<dyn ArrayDecoder>,
     /// Column index by key.
     index: HashMap<String, usize>,
+    /// Column names by index: keys usually come in the schema's order, so the column
+    /// after the last one found is tried before `index`.
+    names: Vec<String>,
     /// The generation (row) in which each column was last seen.
     seen: Vec<u64>,
     generation: u64,
@@ -263,12 +267,18 @@ impl ArrayDecoder for Root {
                 };
                 self.generation += 1;
                 let mut at = p + 1;
+                let mut next = 0;
                 while at < end {
                     let TapeElement::String(key) = tape.get(at) else {
                         break;
                     };
                     let key = tape.get_string(key);
-                    if let Some(&column) = self.index.get(key) {
+                    let column = match self.names.get(next) {
+                        Some(name) if name == key => Some(next),
+                        _ => self.index.get(key).copied(),
+                    };
+                    if let Some(column) = column {
+                        next = column + 1;
                         if self.seen[column] == self.generation {
                             return Err(json_error(format!(
                                 "whilst decoding field '{key}': the key appears twice in the object"

@@ -160,6 +160,9 @@ pub(super) fn date(text: &str) -> Result<i32, String> {
 /// or naive (read as UTC), as arrow-cast reads it; digits below the microsecond are an
 /// error unless they are zeros.
 pub(super) fn timestamp(text: &str) -> Result<i64, String> {
+    if let Some(micros) = utc_micros(text.as_bytes()) {
+        return Ok(micros);
+    }
     let at = string_to_datetime(&Utc, text)
         .map_err(|_| format!("cannot parse {text:?} as timestamp"))?;
     if at.timestamp_subsec_nanos() % 1000 != 0 {
@@ -168,6 +171,69 @@ pub(super) fn timestamp(text: &str) -> Result<i64, String> {
         ));
     }
     Ok(at.timestamp_micros())
+}
+
+/// The common spelling `YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z` (or with a space for the `T`)
+/// read straight to microseconds since the epoch, without the general parser; `None`
+/// for anything else, including a value with digits below the microsecond, which
+/// [`timestamp`] then reads (or refuses) the general way. Where this reads a value,
+/// `string_to_datetime` reads the same.
+fn utc_micros(t: &[u8]) -> Option<i64> {
+    let digits = |range: std::ops::Range<usize>| -> Option<u32> {
+        t.get(range)?.iter().try_fold(0u32, |v, &d| {
+            d.is_ascii_digit().then(|| v * 10 + u32::from(d - b'0'))
+        })
+    };
+    if t.len() < 20
+        || t[4] != b'-'
+        || t[7] != b'-'
+        || !matches!(t[10], b'T' | b' ')
+        || t[13] != b':'
+        || t[16] != b':'
+        || t[t.len() - 1] != b'Z'
+    {
+        return None;
+    }
+    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    if hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if day == 0 || day > month_days {
+        return None;
+    }
+    let fraction = &t[19..t.len() - 1];
+    let micros = match fraction.split_first() {
+        None => 0,
+        Some((b'.', f)) if (1..=6).contains(&f.len()) => {
+            digits(20..20 + f.len())? * 10u32.pow(6 - f.len() as u32)
+        }
+        Some((b'.', f)) if (7..=9).contains(&f.len()) && f[6..].iter().all(|&d| d == b'0') => {
+            digits(20..26)?
+        }
+        _ => return None,
+    };
+    // Days since 1970-01-01 of the proleptic Gregorian date (years from March on).
+    let (y, m) = if month <= 2 {
+        (i64::from(year) - 1, month + 9)
+    } else {
+        (i64::from(year), month - 3)
+    };
+    let era = y.div_euclid(400);
+    let year_of_era = y - era * 400;
+    let day_of_year = i64::from((153 * m + 2) / 5 + day - 1);
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    let seconds = days * 86_400 + i64::from(hour * 3600 + minute * 60 + second);
+    Some(seconds * 1_000_000 + i64::from(micros))
 }
 
 /// True when `text`, read as an infinite float, says so itself (`inf`, `-Infinity`…)
@@ -355,6 +421,58 @@ mod tests {
         assert_eq!(
             timestamp("soon").unwrap_err(),
             "cannot parse \"soon\" as timestamp"
+        );
+    }
+
+    /// Wherever the fast path reads a timestamp, the general parser reads the same.
+    #[test]
+    fn the_timestamp_fast_path_agrees_with_arrow_cast() {
+        const ALPHABET: &[u8] = b"0123456789012345-: TZz.+";
+        let mut state = 0x6a09_e667_f3bc_c908_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let bases = [
+            "2024-01-01T00:00:00.943Z",
+            "1999-12-31 23:59:59Z",
+            "2024-02-29T12:34:56.123456789Z",
+            "0000-01-01T00:00:00.000000000Z",
+            "9999-12-31T23:59:59.999999Z",
+            "1900-02-28T01:02:03.5Z",
+            "2000-02-29T10:20:30.250000Z",
+            "2023-04-30T00:00:00Z",
+            "1969-12-31T23:59:59.999999Z",
+        ];
+        let mut fast = 0;
+        for round in 0..200_000 {
+            let mut text = bases[round % bases.len()].as_bytes().to_vec();
+            for _ in 0..next() % 4 {
+                let at = next() as usize % text.len();
+                match next() % 3 {
+                    0 => text[at] = ALPHABET[next() as usize % ALPHABET.len()],
+                    1 => drop(text.remove(at)),
+                    _ => text.insert(at, ALPHABET[next() as usize % ALPHABET.len()]),
+                }
+            }
+            let text = String::from_utf8(text).unwrap();
+            if let Some(micros) = utc_micros(text.as_bytes()) {
+                fast += 1;
+                let at = string_to_datetime(&Utc, &text);
+                assert_eq!(
+                    at.as_ref().map(|at| at.timestamp_micros()).ok(),
+                    Some(micros),
+                    "{text:?}"
+                );
+                assert_eq!(at.unwrap().timestamp_subsec_nanos() % 1000, 0, "{text:?}");
+            }
+        }
+        assert!(fast > 20_000, "the fast path read only {fast}");
+        assert_eq!(
+            timestamp("2024-01-01T00:00:00.943Z"),
+            Ok(1_704_067_200_943_000)
         );
     }
 

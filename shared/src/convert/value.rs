@@ -126,7 +126,7 @@ pub(super) fn whole_number(
     min: i128,
     max: i128,
 ) -> Result<i128, String> {
-    if let Ok(v) = literal.parse::<i64>() {
+    if let Some(v) = short_integer(literal).or_else(|| literal.parse::<i64>().ok()) {
         return match i128::from(v) {
             v if (min..=max).contains(&v) => Ok(v),
             _ => Err(format!("cannot parse {literal} as {ty}: out of range")),
@@ -142,6 +142,22 @@ pub(super) fn whole_number(
         )),
         Err(DecimalError::Invalid) => Err(format!("cannot parse {literal} as {ty}")),
     }
+}
+
+/// `-?[0-9]{1,18}` read as `str::parse::<i64>` reads it, without its overflow checks
+/// (18 digits cannot overflow); `None` for anything else.
+fn short_integer(literal: &str) -> Option<i64> {
+    let (negative, digits) = match literal.as_bytes().split_first()? {
+        (b'-', rest) => (true, rest),
+        _ => (false, literal.as_bytes()),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let magnitude = digits.iter().try_fold(0i64, |v, &d| {
+        d.is_ascii_digit().then(|| v * 10 + i64::from(d - b'0'))
+    })?;
+    Some(if negative { -magnitude } else { magnitude })
 }
 
 /// Reads `text` as a date: what arrow-cast reads as a date (`2024-01-02`, `20240102`,
@@ -393,6 +409,38 @@ mod tests {
             i64::MAX.into(),
         );
         assert_eq!(big, Ok(9_007_199_254_740_993), "exact, not through f64");
+    }
+
+    #[test]
+    fn short_integers_read_as_str_parse_reads_them() {
+        for text in [
+            "0",
+            "-0",
+            "7",
+            "-7",
+            "007",
+            "999999999999999999",
+            "-999999999999999999",
+            "1000000000000000000",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "",
+            "-",
+            "+1",
+            "1.0",
+            "1e3",
+            " 1",
+            "1 ",
+            "--1",
+            "١",
+        ] {
+            let ours = short_integer(text);
+            if ours.is_some() {
+                assert_eq!(ours, text.parse::<i64>().ok(), "{text:?}");
+            } else {
+                assert!(text.len() > 18 || text.parse::<i64>().is_err() || text.starts_with('+'));
+            }
+        }
     }
 
     #[test]

@@ -330,6 +330,9 @@ pub struct SourceDoc {
     /// Reconciliation settings.
     #[serde(default)]
     pub reconcile: ReconcileDoc,
+    /// Row-level bookmark keys: emit only rows whose key is beyond the source's mark.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bookmark: Option<crate::bookmark::BookmarkDoc>,
 }
 
 fn default_attempts() -> u32 {
@@ -555,6 +558,9 @@ impl Source {
                 ascii_byte(e, &format!("{at}.csv.escape"))?;
             }
         }
+        if let Some(b) = &doc.bookmark {
+            crate::bookmark::validate(b, &doc.schema, at)?;
+        }
         let include = globs(&doc.include, &format!("{at}.include"))?;
         let exclude = globs(&doc.exclude, &format!("{at}.exclude"))?;
         let schema = arrow_schema(&doc.schema);
@@ -678,11 +684,15 @@ fn date_in_key(key: &str) -> Option<String> {
 /// A stable fingerprint (FNV-1a, 64 bits) of what shapes a source's output, so a change of
 /// schema or format can be detected per object.
 fn fingerprint(doc: &SourceDoc) -> String {
-    let shape = serde_json::json!({
+    let mut shape = serde_json::json!({
         "format": doc.format, "csv": doc.csv, "compression": doc.compression,
         "schema": doc.schema, "sum_columns": doc.sum_columns,
         "empty_strings": doc.empty_strings, "output": doc.output,
     });
+    // Only when set, so that sources without bookmark keys keep their fingerprints.
+    if let Some(b) = &doc.bookmark {
+        shape["bookmark"] = serde_json::json!(b);
+    }
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in shape.to_string().bytes() {
         h ^= u64::from(byte);
@@ -797,6 +807,24 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("sources[0].format"), "{e}");
         assert!(e.to_string().contains("parquet"), "{e}");
+    }
+
+    #[test]
+    fn bookmark_keys_are_validated_and_fingerprinted() {
+        let a = Config::from_json(&doc("")).unwrap();
+        let keyed = Config::from_json(&doc(r#","bookmark":{"keys":["id"]}"#)).unwrap();
+        let b = keyed.sources[0].doc.bookmark.as_ref().unwrap();
+        assert_eq!(b.order, crate::bookmark::KeyOrder::Ascending);
+        assert_eq!(b.late_rows, crate::bookmark::LatePolicy::Write);
+        assert_ne!(a.sources[0].fingerprint, keyed.sources[0].fingerprint);
+        let desc =
+            Config::from_json(&doc(r#","bookmark":{"keys":["id"],"order":"descending"}"#)).unwrap();
+        assert_ne!(desc.sources[0].fingerprint, keyed.sources[0].fingerprint);
+        let e = Config::from_json(&doc(r#","bookmark":{"keys":["amount"]}"#)).unwrap_err();
+        assert!(e.to_string().contains("sources[0].bookmark.keys[0]"), "{e}");
+        assert!(e.to_string().contains("nullable"), "{e}");
+        let e = Config::from_json(&doc(r#","bookmark":{"keys":["id"],"order":"up"}"#)).unwrap_err();
+        assert!(e.to_string().contains("sources[0].bookmark.order"), "{e}");
     }
 
     #[test]

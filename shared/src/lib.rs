@@ -14,7 +14,8 @@
 //! - [`ports`]: `ObjectStore`, `Ledger`, `Clock`; [`aws`]: their S3 and DynamoDB adapters.
 //! - [`local`]: the embedded adapters: local folders as buckets, a SQLite ledger.
 //! - [`schema`], [`convert`]: CSV / JSON Lines / Parquet (plain, gzip, zstd) → Parquet, rows and sums.
-//! - [`process`]: the per-object path every capability shares.
+//! - [`process`]: the per-object path every capability shares; [`bookmark`]: row-level
+//!   bookmark keys (a per-source mark, lock and index of emitted keys).
 //! - [`ingest`]: the ingest handler (the Lambda's body, also runnable in-process).
 //! - [`reconcile`], [`backfill`]: find and repair what was missed; bounded, resumable backfills
 //!   and replays — all through the same per-object path.
@@ -23,6 +24,7 @@
 #[cfg(feature = "aws")]
 pub mod aws;
 pub mod backfill;
+pub mod bookmark;
 pub mod config;
 pub mod convert;
 pub mod error;

@@ -208,6 +208,86 @@ pub struct Record {
     pub note: Option<String>,
     /// Last write (ms since the epoch).
     pub updated_at: i64,
+    /// Row-level bookmark state: on a source's lock record (`<source_id>~bookmark`), the
+    /// source's mark, index and counters; on an object's record, the mark after it and its
+    /// own counts (see [`crate::bookmark`]). None for sources without bookmark keys.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bookmark: Option<BookmarkState>,
+}
+
+/// Rows a bookmarked source classified.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BookmarkCounts {
+    /// Objects committed.
+    pub objects: u64,
+    /// Rows beyond the mark, emitted to the output.
+    pub emitted: u64,
+    /// Rows at or below the mark whose key was never accounted for: written to the
+    /// late-rows output or dropped, by policy.
+    pub late: u64,
+    /// Rows whose key was already accounted for (re-exported), not emitted again.
+    pub skipped: u64,
+}
+
+impl BookmarkCounts {
+    /// Add `other` to these counts.
+    pub fn add(&mut self, other: &BookmarkCounts) {
+        self.objects += other.objects;
+        self.emitted += other.emitted;
+        self.late += other.late;
+        self.skipped += other.skipped;
+    }
+
+    /// Rows of the source objects (emitted + late + skipped).
+    pub fn rows(&self) -> u64 {
+        self.emitted + self.late + self.skipped
+    }
+}
+
+/// A mark advance prepared by the holder of a source's bookmark lock, applied once the
+/// object it belongs to is committed (see [`crate::bookmark::settle`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Advance {
+    /// The object's key.
+    pub key: String,
+    /// The object version's identity.
+    pub version: String,
+    /// The holder's claim token on the object's record.
+    pub object_token: String,
+    /// The holder's run.
+    pub run_id: String,
+    /// The output the commit records (how a settler recognizes the commit).
+    pub output: OutputRef,
+    /// The mark after the object (typed strings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<Vec<String>>,
+    /// The index object after the object.
+    pub index: OutputRef,
+    /// The object's counts.
+    pub delta: BookmarkCounts,
+    /// When it was prepared (ms since the epoch).
+    pub at: i64,
+}
+
+/// See [`Record::bookmark`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BookmarkState {
+    /// The high-water mark, one typed string per key column (`None`: nothing emitted yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<Vec<String>>,
+    /// Counts: the source's totals on the lock record, the object's own on its record.
+    #[serde(default)]
+    pub counts: BookmarkCounts,
+    /// The index object of the keys accounted for (lock record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<OutputRef>,
+    /// The late-rows output of the committed version (object record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub late_output: Option<OutputRef>,
+    /// The advance prepared by the lock's holder, not yet applied (lock record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advance: Option<Box<Advance>>,
 }
 
 impl Record {

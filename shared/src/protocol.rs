@@ -110,6 +110,7 @@ pub fn fresh_claim(req: &ClaimRequest) -> Record {
         last_error: None,
         note: None,
         updated_at: req.now,
+        bookmark: None,
     };
     record.status = record.derive_status(req.max_attempts);
     record

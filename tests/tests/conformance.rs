@@ -178,6 +178,7 @@ fn fresh(key: &str) -> Record {
         last_error: None,
         note: None,
         updated_at: 1_700_000_000_000,
+        bookmark: None,
     }
 }
 
@@ -239,6 +240,48 @@ fn full(key: &str, rev: u64) -> Record {
         last_error: Some("s3://landing/in/a.csv: line 3, column 2: \"x\" is not an int64".into()),
         note: Some("superseded by etag-3".into()),
         updated_at: 1_700_000_002_000,
+        bookmark: Some(full_bookmark()),
+    }
+}
+
+/// Row-level bookmark state with every field set: i64-sized counters, a composite mark of
+/// awkward strings, an index reference and a pending advance.
+fn full_bookmark() -> tidemark::model::BookmarkState {
+    use tidemark::model::{Advance, BookmarkCounts, BookmarkState};
+    let counts = BookmarkCounts {
+        objects: 3,
+        emitted: 9_007_199_254_740_993,
+        late: 1,
+        skipped: 0,
+    };
+    let index = OutputRef {
+        bucket: "lake".into(),
+        key: "orders/_bookmark/index-0123456789abcdef.txt.zst".into(),
+        etag: "e1".into(),
+    };
+    BookmarkState {
+        mark: Some(vec![
+            "tab\tü 😊".into(),
+            "2024-02-29T23:59:59.000001Z".into(),
+        ]),
+        counts,
+        index: Some(index.clone()),
+        late_output: Some(OutputRef {
+            bucket: "lake".into(),
+            key: "orders/_late/a.csv.0123456789abcdef.parquet".into(),
+            etag: "e2".into(),
+        }),
+        advance: Some(Box::new(Advance {
+            key: "in/a.csv".into(),
+            version: "v9".into(),
+            object_token: "tok-1".into(),
+            run_id: "run-9".into(),
+            output: index.clone(),
+            mark: Some(vec!["z".into(), "".into()]),
+            index,
+            delta: counts,
+            at: 1_700_000_003_000,
+        })),
     }
 }
 

@@ -362,6 +362,64 @@ pub fn convert<R: Read, W: Write + Send>(
     Ok(stats)
 }
 
+/// A row filter of [`convert_split`]: for each decoded batch, the rows to keep and the rows
+/// to set aside (`None`: none).
+pub type Split<'a> =
+    dyn FnMut(&RecordBatch) -> Result<(RecordBatch, Option<RecordBatch>), ConvertError> + 'a;
+
+/// [`convert`], with each decoded batch passed through `split` before anything else: only
+/// the rows it keeps are counted (rows, sums) and written to `output`; the rows it sets
+/// aside are written as a second Parquet file to `aside` (same schema and settings, row
+/// groups closed at 8 MiB), or discarded when `aside` is `None`. Row-level bookmark keys
+/// use it (see [`crate::bookmark`]).
+pub fn convert_split<R: Read, W: Write + Send, A: Write + Send>(
+    input: R,
+    spec: &ConvertSpec,
+    output: W,
+    split: &mut Split<'_>,
+    aside: Option<A>,
+) -> Result<ConvertStats, ConvertError> {
+    let properties = |max_bytes| -> Result<WriterProperties, ConvertError> {
+        let level = ZstdLevel::try_new(spec.zstd_level).map_err(|e| {
+            ConvertError::invalid_spec(format!("zstd_level {}: {e}", spec.zstd_level))
+        })?;
+        Ok(WriterProperties::builder()
+            .set_compression(parquet::basic::Compression::ZSTD(level))
+            .set_max_row_group_row_count(Some(spec.row_group_rows.max(1)))
+            .set_max_row_group_bytes(Some(max_bytes))
+            .set_dictionary_enabled(true)
+            .set_statistics_enabled(EnabledStatistics::Page)
+            .build())
+    };
+    if spec.row_group_rows == 0 {
+        return Err(ConvertError::invalid_spec(
+            "row_group_rows must be positive",
+        ));
+    }
+    let mut writer = ArrowWriter::try_new(
+        output,
+        spec.schema.clone(),
+        Some(properties(MAX_ROW_GROUP_BYTES)?),
+    )?;
+    let aside_properties = properties(8 << 20)?;
+    let mut aside = aside
+        .map(|a| ArrowWriter::try_new(a, spec.schema.clone(), Some(aside_properties)))
+        .transpose()?;
+    let mut keep = |batch: RecordBatch| {
+        let (kept, set_aside) = split(&batch)?;
+        if let (Some(w), Some(b)) = (aside.as_mut(), set_aside) {
+            w.write(&b)?;
+        }
+        Ok(kept)
+    };
+    let mut stats = decode_with(input, spec, &mut keep, |batch| Ok(writer.write(batch)?))?;
+    stats.row_groups = writer.close()?.num_row_groups();
+    if let Some(w) = aside {
+        w.close()?;
+    }
+    Ok(stats)
+}
+
 /// Decode `input` as [`convert`] does and count its rows and sums, writing nothing: the
 /// honest recount of a source object that reconciliation compares with the ledger.
 pub fn count<R: Read>(input: R, spec: &ConvertSpec) -> Result<ConvertStats, ConvertError> {
@@ -393,6 +451,17 @@ pub fn tally_parquet(
 fn decode<R: Read>(
     input: R,
     spec: &ConvertSpec,
+    each: impl FnMut(&RecordBatch) -> Result<(), ConvertError>,
+) -> Result<ConvertStats, ConvertError> {
+    decode_with(input, spec, Ok, each)
+}
+
+/// [`decode`], each batch first passed through `keep` (what it returns is counted and given
+/// to `each`).
+fn decode_with<R: Read>(
+    input: R,
+    spec: &ConvertSpec,
+    mut keep: impl FnMut(RecordBatch) -> Result<RecordBatch, ConvertError>,
     mut each: impl FnMut(&RecordBatch) -> Result<(), ConvertError>,
 ) -> Result<ConvertStats, ConvertError> {
     if spec.batch_rows == 0 || spec.batch_bytes == 0 || spec.max_record_bytes == 0 {
@@ -411,6 +480,7 @@ fn decode<R: Read>(
     };
     let mut rows = 0;
     while let Some(batch) = batches.next_batch()? {
+        let batch = keep(batch)?;
         rows += batch.num_rows() as u64;
         sums.add(&batch)?;
         each(&batch)?;

@@ -526,6 +526,7 @@ mod tests {
             last_error: Some("boom".into()),
             note: None,
             updated_at: 7,
+            bookmark: None,
         }
     }
 

@@ -129,6 +129,33 @@ pub enum ProcessError {
     /// A background task failed (a panic in the converter thread, or a cancelled task).
     #[error("internal: {0}")]
     Internal(String),
+    /// Another worker held the source's bookmark lock for as long as this one could wait:
+    /// transient, the event is redelivered.
+    #[error(
+        "source {source_id}: another object of the source holds the bookmark lock until {until_ms}; retry later"
+    )]
+    SourceBusy {
+        /// The source.
+        source_id: String,
+        /// The holder's lease expiry, ms since the epoch.
+        until_ms: i64,
+    },
+    /// The source's configuration does not allow this operation.
+    #[error("source {source_id}: {message}")]
+    Unsupported {
+        /// The source.
+        source_id: String,
+        /// Why.
+        message: String,
+    },
+    /// The source's bookmark state cannot be read (its index object is missing or changed).
+    #[error("source {source_id}: bookmark state: {message}")]
+    Bookmark {
+        /// The source.
+        source_id: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 impl ProcessError {
@@ -143,7 +170,9 @@ impl ProcessError {
             ProcessError::ClaimLost { .. } | ProcessError::StaleOutput { .. } => false,
             ProcessError::OutputContended { .. }
             | ProcessError::Crashed(_)
-            | ProcessError::Internal(_) => true,
+            | ProcessError::Internal(_)
+            | ProcessError::SourceBusy { .. } => true,
+            ProcessError::Unsupported { .. } | ProcessError::Bookmark { .. } => false,
         }
     }
 }
@@ -155,7 +184,7 @@ impl ProcessError {
         match self {
             ProcessError::Store(e) => e.retry == Retry::Transient,
             ProcessError::Ledger(LedgerError::Service { retry, .. }) => *retry == Retry::Transient,
-            ProcessError::OutputContended { .. } => true,
+            ProcessError::OutputContended { .. } | ProcessError::SourceBusy { .. } => true,
             _ => false,
         }
     }

@@ -23,6 +23,8 @@ use crate::ports::{
 };
 use crate::protocol::{self, ClaimLost, ClaimRequest, Decision, Skip};
 
+mod keyed;
+
 /// User-metadata keys written on every output, so a retry can tell its own leftover output
 /// from a newer writer's.
 pub mod meta {
@@ -47,8 +49,12 @@ pub enum Step {
     AfterGet,
     /// The output is written, nothing committed.
     AfterOutputPut,
-    /// Just before the commit write.
+    /// Just before the commit write (for a source with bookmark keys: the mark advance is
+    /// prepared on the source's lock record).
     BeforeCommit,
+    /// A source with bookmark keys: the object is committed, the mark advance not applied
+    /// and the source's lock not released.
+    AfterCommit,
 }
 
 impl Step {
@@ -59,6 +65,7 @@ impl Step {
             Step::AfterGet => "after GET",
             Step::AfterOutputPut => "after output PUT",
             Step::BeforeCommit => "before commit",
+            Step::AfterCommit => "after commit",
         }
     }
 }
@@ -283,7 +290,10 @@ impl Pipeline {
     ) -> Result<Outcome> {
         match source.doc.mode {
             Mode::Enable => self.process_tracked(source, key, target, ctx, false).await,
-            Mode::Pause | Mode::Disable => self.process_untracked(source, key, target, ctx).await,
+            Mode::Pause | Mode::Disable => {
+                keyed::refuse(source, "pause and disable (processing outside the ledger)")?;
+                self.process_untracked(source, key, target, ctx).await
+            }
         }
     }
 
@@ -298,6 +308,7 @@ impl Pipeline {
         target: Target,
         ctx: &RunContext,
     ) -> Result<Outcome> {
+        keyed::refuse(source, "reprocessing committed versions (--stale-config)")?;
         match source.doc.mode {
             Mode::Enable => self.process_tracked(source, key, target, ctx, true).await,
             Mode::Pause | Mode::Disable => self.process_untracked(source, key, target, ctx).await,
@@ -328,6 +339,19 @@ impl Pipeline {
                     token,
                 } => (*record, target, token),
             };
+            // A source with bookmark keys: its versions go through the source's lock.
+            if source.doc.bookmark.is_some() && matches!(claimed, Target::Version(_)) {
+                let (after, result) = self
+                    .process_keyed(source, key, record, &claimed, &token, ctx)
+                    .await?;
+                match after.pending.filter(|p| !p.same_as(&claimed)) {
+                    Some(next) => {
+                        target = next;
+                        continue;
+                    }
+                    None => return result,
+                }
+            }
             let work = self.work(source, key, &record, &claimed, &token, ctx).await;
             let now = self.clock.now_ms();
             let (after, result) = match work {
@@ -736,12 +760,36 @@ impl Pipeline {
         &self,
         body: Body,
         spec: crate::convert::ConvertSpec,
+        src: (&str, &str),
+        out: (&str, &str),
+        metadata: &BTreeMap<String, String>,
+        expected: Option<String>,
+        sequencer: Option<&Sequencer>,
+    ) -> Result<(ConvertStats, String)> {
+        let (stats, etag, _) = self
+            .convert_and_upload_filtered(body, spec, src, out, metadata, expected, sequencer, None)
+            .await?;
+        Ok((stats, etag))
+    }
+
+    /// [`Pipeline::convert_and_upload`], the rows passed through a bookmark `filter` (given
+    /// back with its classification) when there is one.
+    #[allow(clippy::too_many_arguments)]
+    async fn convert_and_upload_filtered(
+        &self,
+        body: Body,
+        spec: crate::convert::ConvertSpec,
         (src_bucket, src_key): (&str, &str),
         (out_bucket, out_key): (&str, &str),
         metadata: &BTreeMap<String, String>,
         expected: Option<String>,
         sequencer: Option<&Sequencer>,
-    ) -> Result<(ConvertStats, String)> {
+        filter: Option<Box<crate::bookmark::RowFilter>>,
+    ) -> Result<(
+        ConvertStats,
+        String,
+        Option<Box<crate::bookmark::RowFilter>>,
+    )> {
         let (tx, mut rx) = mpsc::channel::<Bytes>(self.settings.parts_in_flight);
         let part_size = self.settings.part_size;
         let (body, cut) = WatchedBody::new(body);
@@ -752,9 +800,13 @@ impl Pipeline {
                 buf: Vec::new(),
                 part_size,
             };
-            let stats = convert(reader, &spec, &mut sink)?;
+            let mut filter = filter;
+            let stats = match filter.as_mut() {
+                None => convert(reader, &spec, &mut sink)?,
+                Some(f) => f.convert(reader, &spec, &mut sink)?,
+            };
             sink.finish()?;
-            Ok::<_, ConvertError>(stats)
+            Ok::<_, ConvertError>((stats, filter))
         });
 
         // Upload parts as they come; the first is held back until a second shows the output
@@ -791,8 +843,8 @@ impl Pipeline {
             })
         };
         let (uploaded, converted) = tokio::join!(uploader, converter);
-        let stats = match converted {
-            Ok(Ok(stats)) => stats,
+        let (stats, filter) = match converted {
+            Ok(Ok(done)) => done,
             Ok(Err(source)) => {
                 if let Ok(Upload::Multipart(id, _)) = &uploaded {
                     store.abort_multipart(out_bucket, out_key, id).await?;
@@ -817,7 +869,7 @@ impl Pipeline {
         if let (Err(_), Upload::Multipart(id, _)) = (&etag, &upload) {
             store.abort_multipart(out_bucket, out_key, id).await?;
         }
-        Ok((stats, etag?))
+        Ok((stats, etag?, filter))
     }
 
     /// Write (or complete) the output under the condition the ledger implies: absent for a

@@ -162,6 +162,14 @@ pub struct SourceReport {
     /// not be read): nothing else in this entry is meaningful, and the window stays open.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A source with bookmark keys: LATE rows of the objects checked in this window (keys at
+    /// or below the mark that were never emitted; written to `_late/` or dropped by policy).
+    #[serde(default)]
+    pub late_rows: u64,
+    /// A source with bookmark keys: its counts since it began (objects, emitted, late and
+    /// re-exported rows), from its lock record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bookmark: Option<crate::model::BookmarkCounts>,
 }
 
 impl SourceReport {
@@ -193,6 +201,8 @@ impl SourceReport {
             resume_after: None,
             resumed_after: None,
             error: Some(error),
+            late_rows: 0,
+            bookmark: None,
         }
     }
 
@@ -410,6 +420,7 @@ pub async fn reconcile_source(
     let mut complete = true;
     let mut resume_after = None;
     let mut last_key: Option<String> = None;
+    let mut late_rows = 0;
 
     let start = opts.start_after.as_deref().unwrap_or("");
     let todo = objects.iter().filter(|(k, _)| k.as_str() > start);
@@ -452,11 +463,13 @@ pub async fn reconcile_source(
                 Status::Done => match r.committed.as_ref().map(|c| &c.target) {
                     Some(Target::Version(v)) if v.etag.as_deref() == Some(object.etag.as_str()) => {
                         let committed = r.committed.as_ref().expect("done has a commit");
+                        let classified = r.bookmark.as_ref().map(|b| b.counts);
+                        late_rows += classified.map_or(0, |c| c.late);
                         match count_object(
                             p,
                             source,
                             key,
-                            committed,
+                            (committed, classified.as_ref()),
                             recounted.as_ref(),
                             tolerance,
                             &mut counter,
@@ -566,7 +579,23 @@ pub async fn reconcile_source(
         }
     }
 
+    let bookmark = match &source.doc.bookmark {
+        None => None,
+        Some(_) => Some(
+            p.ledger
+                .get(
+                    &crate::bookmark::lock_source_id(source.id()),
+                    crate::bookmark::LOCK_KEY,
+                )
+                .await?
+                .and_then(|r| r.bookmark)
+                .map(|b| b.counts)
+                .unwrap_or_default(),
+        ),
+    };
     Ok(SourceReport {
+        late_rows,
+        bookmark,
         source_id: source.id().to_string(),
         window,
         prefixes,
@@ -619,7 +648,10 @@ async fn count_object(
     p: &Pipeline,
     source: &Source,
     key: &str,
-    committed: &crate::model::Committed,
+    (committed, classified): (
+        &crate::model::Committed,
+        Option<&crate::model::BookmarkCounts>,
+    ),
     recounted: Option<&std::result::Result<convert::ConvertStats, String>>,
     tolerance: f64,
     counter: &mut Counter,
@@ -686,6 +718,17 @@ async fn count_object(
     }
 
     match recounted {
+        // A source with bookmark keys: every row of the object was emitted, reported late
+        // or recognized as re-exported (the ledger's rows and sums are the emitted ones, of
+        // every version of the key).
+        Some(Ok(stats)) if classified.is_some() => compare(
+            mismatches,
+            MismatchKind::LedgerVsSource,
+            key,
+            tolerance,
+            (stats.rows, &BTreeMap::new()),
+            (classified.map_or(0, |c| c.rows()), &BTreeMap::new()),
+        ),
         Some(Ok(stats)) => compare(
             mismatches,
             MismatchKind::LedgerVsSource,
@@ -854,7 +897,8 @@ impl Report {
                                 {"Name": "Unchecked", "Unit": "Count"},
                                 {"Name": "Mismatches", "Unit": "Count"},
                                 {"Name": "Repaired", "Unit": "Count"},
-                                {"Name": "LagSeconds", "Unit": "Seconds"}
+                                {"Name": "LagSeconds", "Unit": "Seconds"},
+                                {"Name": "LateRows", "Unit": "Count"}
                             ]
                         }]
                     },
@@ -868,6 +912,7 @@ impl Report {
                     "Mismatches": s.mismatches.len(),
                     "Repaired": s.repaired(),
                     "LagSeconds": s.lag_ms / 1000,
+                    "LateRows": s.late_rows,
                     "window_from": rfc3339(s.window.from_ms),
                     "window_to": rfc3339(s.window.to_ms),
                 })
@@ -963,6 +1008,13 @@ impl Report {
                 h.push_str(&format!("<td>{n}</td>"));
             }
             h.push_str("</tr></table>");
+            if let Some(b) = &s.bookmark {
+                h.push_str(&format!(
+                    "<p{}>bookmark keys: <b>{} LATE rows</b> in this window (keys at or below the mark, never emitted); since the source began: {} objects, {} rows emitted, {} late, {} re-exported and skipped</p>",
+                    if s.late_rows > 0 { " class=\"diff\"" } else { "" },
+                    s.late_rows, b.objects, b.emitted, b.late, b.skipped
+                ));
+            }
             let cols: BTreeSet<&String> = s
                 .totals
                 .source

@@ -143,7 +143,17 @@ pub async fn lake(pipeline: &Pipeline, source: &Source) -> Result<Vec<OutputFile
             .store
             .list(&out.bucket, &out.prefix, token.as_deref())
             .await?;
-        for o in page.objects.iter().filter(|o| o.key.ends_with(".parquet")) {
+        // Not the late rows and bookmark index of a source with bookmark keys (`_late/`,
+        // `_bookmark/`: hidden from Athena and Hive as well).
+        let hidden = |k: &str| {
+            k.strip_prefix(out.prefix.as_str())
+                .is_some_and(|rest| rest.starts_with('_'))
+        };
+        for o in page
+            .objects
+            .iter()
+            .filter(|o| o.key.ends_with(".parquet") && !hidden(&o.key))
+        {
             let GetOutcome::Found { mut body, meta } =
                 pipeline.store.get(&out.bucket, &o.key, None).await?
             else {

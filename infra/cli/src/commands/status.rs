@@ -60,6 +60,28 @@ pub struct SourceStatus {
     pub last_commit: Option<i64>,
     /// The oldest pending or failed object.
     pub oldest_waiting: Option<Waiting>,
+    /// A source with bookmark keys: its mark and row counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bookmark: Option<BookmarkStatus>,
+}
+
+/// The row-level bookmark of a source, from its lock record.
+#[derive(Debug, Clone, Serialize)]
+pub struct BookmarkStatus {
+    /// Key columns.
+    pub keys: Vec<String>,
+    /// `ascending` or `descending`.
+    pub order: tidemark::bookmark::KeyOrder,
+    /// `write` or `drop`.
+    pub late_rows: tidemark::bookmark::LatePolicy,
+    /// The high-water mark, one typed string per key column (`None`: nothing emitted).
+    pub mark: Option<Vec<String>>,
+    /// Objects, emitted, late and re-exported (skipped) rows since the source began.
+    pub counts: tidemark::model::BookmarkCounts,
+    /// A worker holds the source's lock (until this time, ms since the epoch).
+    pub locked_until: Option<i64>,
+    /// An advance prepared but not applied yet: the object it belongs to.
+    pub advance_pending: Option<String>,
 }
 
 impl SourceStatus {
@@ -109,7 +131,42 @@ pub fn summarize(
             since: r.updated_at,
             lag_ms: now - r.updated_at,
         }),
+        bookmark: None,
     })
+}
+
+/// The bookmark status of `source`, if it has bookmark keys.
+pub async fn bookmark_status(
+    backend: &Backend,
+    source: &Source,
+) -> Result<Option<BookmarkStatus>, Error> {
+    let Some(doc) = &source.doc.bookmark else {
+        return Ok(None);
+    };
+    let lock = backend
+        .pipeline
+        .ledger
+        .get(
+            &tidemark::bookmark::lock_source_id(source.id()),
+            tidemark::bookmark::LOCK_KEY,
+        )
+        .await?;
+    let state = lock
+        .as_ref()
+        .and_then(|r| r.bookmark.clone())
+        .unwrap_or_default();
+    Ok(Some(BookmarkStatus {
+        keys: doc.keys.clone(),
+        order: doc.order,
+        late_rows: doc.late_rows,
+        mark: state.mark,
+        counts: state.counts,
+        locked_until: lock
+            .as_ref()
+            .and_then(|r| r.claim.as_ref())
+            .map(|c| c.lease_until),
+        advance_pending: state.advance.map(|a| a.key),
+    }))
 }
 
 /// The status of each source (or one).
@@ -118,12 +175,14 @@ pub async fn status(backend: &Backend, source: Option<&str>) -> Result<Vec<Sourc
     for configured in backend.sources(source)? {
         let (effective, origin) = backend.effective(configured).await?;
         let records = backend.pipeline.ledger.list(configured.id()).await?;
-        all.push(summarize(
+        let mut summary = summarize(
             configured,
             (effective.doc.mode, origin),
             &records,
             backend.now(),
-        )?);
+        )?;
+        summary.bookmark = bookmark_status(backend, configured).await?;
+        all.push(summary);
     }
     Ok(all)
 }
@@ -207,6 +266,36 @@ pub fn print_status(
         write!(out, "{}", sums.render())?;
     }
     for s in statuses {
+        if let Some(b) = &s.bookmark {
+            let mark = b.mark.as_ref().map_or("-".to_string(), |m| {
+                b.keys
+                    .iter()
+                    .zip(m)
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            });
+            let late = match b.late_rows {
+                tidemark::bookmark::LatePolicy::Write => "written to _late/",
+                tidemark::bookmark::LatePolicy::Drop => "dropped",
+            };
+            writeln!(
+                out,
+                "{}: bookmark ({}) mark {mark}; rows emitted {}, LATE {} ({late}), re-exported {}; {} objects{}",
+                s.source_id,
+                match b.order {
+                    tidemark::bookmark::KeyOrder::Ascending => "ascending",
+                    tidemark::bookmark::KeyOrder::Descending => "descending",
+                },
+                b.counts.emitted,
+                b.counts.late,
+                b.counts.skipped,
+                b.counts.objects,
+                b.advance_pending
+                    .as_ref()
+                    .map_or(String::new(), |k| format!("; advance of {k} pending")),
+            )?;
+        }
         if let Some(w) = &s.oldest_waiting {
             writeln!(
                 out,

@@ -397,7 +397,7 @@ impl Index {
     }
 
     /// The index as a zstd-compressed text file: a header, then one line per run
-    /// (`start..end`, integers) or per tuple (values separated by tabs; integers in
+    /// (`start..end`, or `value` for a run of one; integers) or per tuple (values separated by tabs; integers in
     /// decimal, strings with `\\`, tab and newline escaped).
     pub fn encode(&self) -> Result<Vec<u8>, String> {
         let mut text = String::from(INDEX_HEADER);
@@ -405,7 +405,11 @@ impl Index {
         match self {
             Index::Runs(runs) => {
                 for (s, e) in runs {
-                    let _ = writeln!(text, "{s}..{e}");
+                    if s == e {
+                        let _ = writeln!(text, "{s}");
+                    } else {
+                        let _ = writeln!(text, "{s}..{e}");
+                    }
                 }
             }
             Index::Tuples(set) => {
@@ -453,7 +457,7 @@ impl Index {
             let bad = || format!("index line {}: {line:?}", n + 2);
             match &mut index {
                 Index::Runs(runs) => {
-                    let (s, e) = line.split_once("..").ok_or_else(bad)?;
+                    let (s, e) = line.split_once("..").unwrap_or((line, line));
                     runs.insert(s.parse().map_err(|_| bad())?, e.parse().map_err(|_| bad())?);
                 }
                 Index::Tuples(set) => {
@@ -1001,15 +1005,15 @@ mod tests {
             ty: ColumnType::Int64,
         }];
         let mut idx = Index::new(&c);
-        for v in [5, 3, 4, 10, 1, 9, 11, 2] {
+        for v in [5, 3, 4, 10, 1, 9, 11, 2, 20] {
             assert!(idx.insert(vec![KeyValue::Int(v)]));
         }
         assert!(!idx.insert(vec![KeyValue::Int(4)]));
         let Index::Runs(runs) = &idx else { panic!() };
-        assert_eq!(runs, &BTreeMap::from([(1, 5), (9, 11)]));
-        assert_eq!(idx.len(), 8);
-        for v in 0..13 {
-            let want = (1..=5).contains(&v) || (9..=11).contains(&v);
+        assert_eq!(runs, &BTreeMap::from([(1, 5), (9, 11), (20, 20)]));
+        assert_eq!(idx.len(), 9);
+        for v in 0..22 {
+            let want = (1..=5).contains(&v) || (9..=11).contains(&v) || v == 20;
             assert_eq!(idx.contains(&[KeyValue::Int(v)]), want, "{v}");
         }
         let back = Index::decode(&idx.encode().unwrap(), &c).unwrap();

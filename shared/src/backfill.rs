@@ -71,7 +71,8 @@ pub struct Response {
     pub already_done: u64,
     /// Objects skipped by the protocol while taken (in flight elsewhere, quarantined).
     pub skipped: u64,
-    /// Objects that failed (recorded in the ledger; retried by the next call or ingest).
+    /// Objects that failed (recorded in the ledger; retried by the next call or ingest, unless
+    /// this failure quarantined them).
     pub failed: u64,
     /// Rows written.
     pub rows: u64,
@@ -243,6 +244,11 @@ pub async fn run(
                     resp.rows += rows;
                 }
                 Ok(Outcome::Skipped(Skip::Duplicate | Skip::Stale)) => resp.already_done += 1,
+                // This attempt used the last one: a failure, with its error, like the others.
+                Ok(Outcome::Quarantined { error }) => {
+                    resp.failed += 1;
+                    resp.errors.push(error);
+                }
                 Ok(_) => resp.skipped += 1,
                 Err(e) => {
                     resp.failed += 1;

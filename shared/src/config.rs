@@ -155,6 +155,30 @@ pub struct CsvDoc {
     /// Whether the first line is a header (default true).
     #[serde(default = "yes")]
     pub header: bool,
+    /// How columns are matched to the schema: `position` (default: the header is skipped,
+    /// its names unchecked) or `name` (by the header's names, in any order; a nullable
+    /// column a file lacks is NULL, a required one fails the object, others are ignored).
+    /// (Left out when `position`, so fingerprints of configurations that never set it do not
+    /// move.)
+    #[serde(default, skip_serializing_if = "CsvColumnsDoc::is_position")]
+    pub columns: CsvColumnsDoc,
+}
+
+impl CsvColumnsDoc {
+    fn is_position(&self) -> bool {
+        *self == CsvColumnsDoc::Position
+    }
+}
+
+/// How a CSV source's columns are matched to its schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CsvColumnsDoc {
+    /// The n-th field is the n-th column.
+    #[default]
+    Position,
+    /// By the header's names.
+    Name,
 }
 
 fn default_delimiter() -> char {
@@ -174,6 +198,7 @@ impl Default for CsvDoc {
             quote: '"',
             escape: None,
             header: true,
+            columns: CsvColumnsDoc::Position,
         }
     }
 }
@@ -557,6 +582,12 @@ impl Source {
             if let Some(e) = csv.escape {
                 ascii_byte(e, &format!("{at}.csv.escape"))?;
             }
+            if csv.columns == CsvColumnsDoc::Name && !csv.header {
+                return Err(invalid(
+                    format!("{at}.csv.columns"),
+                    "\"name\" needs a header (header: true)",
+                ));
+            }
         }
         if let Some(b) = &doc.bookmark {
             crate::bookmark::validate(b, &doc.schema, at)?;
@@ -636,6 +667,14 @@ impl Source {
             EmptyStringsDoc::Null => EmptyStrings::Null,
             EmptyStringsDoc::Empty => EmptyStrings::Empty,
         };
+        if self
+            .doc
+            .csv
+            .as_ref()
+            .is_some_and(|c| c.columns == CsvColumnsDoc::Name)
+        {
+            spec.csv_columns = crate::convert::CsvColumns::ByName;
+        }
         spec
     }
 
@@ -681,24 +720,41 @@ fn date_in_key(key: &str) -> Option<String> {
     })
 }
 
-/// A stable fingerprint (FNV-1a, 64 bits) of what shapes a source's output, so a change of
-/// schema or format can be detected per object.
+/// A stable fingerprint of what shapes a source's output, so a change of schema or format
+/// can be detected per object: `<schema version>.<settings>`, two FNV-1a 64-bit hashes —
+/// the first of the schema alone (the output schema version, see [`schema_version`]), the
+/// second of everything else that shapes the output (format, dialect, compression, sums,
+/// empty strings, output, bookmark).
 fn fingerprint(doc: &SourceDoc) -> String {
-    let mut shape = serde_json::json!({
+    let schema = serde_json::json!(doc.schema);
+    let mut settings = serde_json::json!({
         "format": doc.format, "csv": doc.csv, "compression": doc.compression,
-        "schema": doc.schema, "sum_columns": doc.sum_columns,
-        "empty_strings": doc.empty_strings, "output": doc.output,
+        "sum_columns": doc.sum_columns, "empty_strings": doc.empty_strings,
+        "output": doc.output,
     });
-    // Only when set, so that sources without bookmark keys keep their fingerprints.
     if let Some(b) = &doc.bookmark {
-        shape["bookmark"] = serde_json::json!(b);
+        settings["bookmark"] = serde_json::json!(b);
     }
+    format!(
+        "{:016x}.{:016x}",
+        fnv1a(&schema.to_string()),
+        fnv1a(&settings.to_string())
+    )
+}
+
+fn fnv1a(text: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in shape.to_string().bytes() {
+    for byte in text.bytes() {
         h ^= u64::from(byte);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    format!("{h:016x}")
+    h
+}
+
+/// The output schema version inside a configuration fingerprint (the hash of the schema
+/// alone): the same for every object written under the same schema, whatever else changed.
+pub fn schema_version(config_fp: &str) -> &str {
+    config_fp.split('.').next().unwrap_or(config_fp)
 }
 
 #[cfg(test)]
@@ -834,5 +890,21 @@ mod tests {
         let c = Config::from_json(&doc("").replace("int64", "int32")).unwrap();
         assert_eq!(a.sources[0].fingerprint, b.sources[0].fingerprint);
         assert_ne!(a.sources[0].fingerprint, c.sources[0].fingerprint);
+        // The schema version moves with the schema alone; the settings part with the rest.
+        let d = Config::from_json(&doc(r#","csv":{"columns":"name"}"#)).unwrap();
+        let e = Config::from_json(&doc(r#","csv":{"columns":"position"}"#)).unwrap();
+        let version = |c: &Config| schema_version(&c.sources[0].fingerprint).to_string();
+        assert_ne!(version(&a), version(&c));
+        assert_eq!(version(&a), version(&d));
+        assert_ne!(a.sources[0].fingerprint, d.sources[0].fingerprint);
+        let f = Config::from_json(&doc(r#","csv":{}"#)).unwrap();
+        assert_eq!(
+            f.sources[0].fingerprint, e.sources[0].fingerprint,
+            "default left out"
+        );
+        assert_eq!(a.sources[0].fingerprint.len(), 33);
+        let no_header = doc(r#","csv":{"columns":"name","header":false}"#);
+        let err = Config::from_json(&no_header).unwrap_err().to_string();
+        assert!(err.contains("sources[0].csv.columns"), "{err}");
     }
 }

@@ -18,6 +18,7 @@
 //! the whole object: there is no rejects file, so an output is always the whole source.
 
 mod csv;
+mod header;
 mod input;
 mod json;
 // Not `mod parquet`, which would shadow the crate of that name here.
@@ -85,6 +86,19 @@ pub enum InputFormat {
     /// A Parquet file, columns matched to the schema by name and read by row group; the
     /// input is spooled to a temporary file first (see `convert/parquet.rs`).
     Parquet,
+}
+
+/// How the columns of a CSV file with a header are matched to the schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CsvColumns {
+    /// The n-th field is the n-th column; the header is skipped, its names unchecked.
+    #[default]
+    ByPosition,
+    /// By the header's names, in any order: a nullable column the file lacks is NULL, a
+    /// required one fails the object naming it, other columns are ignored (see
+    /// `convert/header.rs`).
+    ByName,
 }
 
 /// CSV dialect.
@@ -157,6 +171,9 @@ pub struct ConvertSpec {
     pub max_record_bytes: usize,
     /// How empty CSV fields of string columns are read.
     pub empty_strings: EmptyStrings,
+    /// How the columns of a CSV file with a header are matched to the schema (default
+    /// [`CsvColumns::ByPosition`]).
+    pub csv_columns: CsvColumns,
     /// zstd level of the Parquet column chunks (default 3).
     pub zstd_level: i32,
 }
@@ -175,6 +192,7 @@ impl ConvertSpec {
             max_decoded_bytes: None,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             empty_strings: EmptyStrings::Null,
+            csv_columns: CsvColumns::ByPosition,
             zstd_level: 3,
         }
     }
@@ -474,6 +492,12 @@ fn decode_with<R: Read>(
     let meter = input::Meter::default();
     let reader = input::open(input, spec, &meter)?;
     let mut batches: Box<dyn Batches + '_> = match spec.format {
+        InputFormat::Csv(options) if options.header && spec.csv_columns == CsvColumns::ByName => {
+            let (mapping, reader) = header::map_header(reader, &options, spec)?;
+            let file_types = column_types(&mapping.file_spec.schema)?;
+            let file = csv::CsvBatches::new(reader, options, &mapping.file_spec, file_types)?;
+            Box::new(header::ByName::new(Box::new(file), mapping, spec))
+        }
         InputFormat::Csv(options) => Box::new(csv::CsvBatches::new(reader, options, spec, types)?),
         InputFormat::JsonLines => Box::new(json::JsonBatches::new(reader, spec)?),
         InputFormat::Parquet => Box::new(parquet_input::ParquetBatches::new(reader, spec, &types)?),

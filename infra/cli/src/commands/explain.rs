@@ -120,7 +120,11 @@ pub fn describe(r: &Record, max_attempts: u32) -> String {
                 o.bucket, o.key, o.etag
             );
         }
-        out += &format!("  config:   {}\n", c.config_fp);
+        out += &format!(
+            "  config:   {} (output schema version {})\n",
+            c.config_fp,
+            tidemark::config::schema_version(&c.config_fp)
+        );
     }
     if let Some(c) = &r.claim {
         out += &format!(

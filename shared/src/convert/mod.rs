@@ -155,7 +155,8 @@ pub struct ConvertSpec {
     pub batch_rows: usize,
     /// Input bytes after which a batch is closed at the next record boundary even if it
     /// has fewer than `batch_rows` rows, so that wide rows do not make batches (and the
-    /// memory they take) large (default 8 MiB).
+    /// memory they take) large (default 1 MiB: 8192 JSON Lines of ≈240 bytes would hold
+    /// ≈2 MB of text twice over, once here and once in the decoder).
     pub batch_bytes: usize,
     /// Rows per Parquet row group at most (default 1,048,576); a row group is also
     /// closed when its estimated encoded size reaches 64 MiB.
@@ -187,7 +188,7 @@ impl ConvertSpec {
             schema,
             sum_columns: Vec::new(),
             batch_rows: 8192,
-            batch_bytes: 8 << 20,
+            batch_bytes: 1 << 20,
             row_group_rows: 1_048_576,
             max_decoded_bytes: None,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,

@@ -702,7 +702,9 @@ pub struct LockRequest {
     pub source_id: String,
     /// Fresh random token.
     pub token: String,
-    /// The object being processed (for operators reading the record).
+    /// The key of the object being processed.
+    pub key: String,
+    /// Its version (for operators reading the record).
     pub target: Target,
     /// The run asking.
     pub run_id: String,
@@ -758,7 +760,10 @@ pub fn decide_lock(current: Option<&Record>, req: &LockRequest) -> LockDecision 
             last_error: None,
             note: None,
             updated_at: req.now,
-            bookmark: Some(BookmarkState::default()),
+            bookmark: Some(BookmarkState {
+                holder: Some(req.key.clone()),
+                ..BookmarkState::default()
+            }),
         };
         return LockDecision::Take(Box::new(record));
     };
@@ -772,8 +777,26 @@ pub fn decide_lock(current: Option<&Record>, req: &LockRequest) -> LockDecision 
     }
     let mut record = r.clone();
     record.claim = Some(claim_of(req));
-    record.bookmark.get_or_insert_with(BookmarkState::default);
+    record
+        .bookmark
+        .get_or_insert_with(BookmarkState::default)
+        .holder = Some(req.key.clone());
     LockDecision::Take(Box::new(bump(record, req.now)))
+}
+
+/// The object (key, version) whose outputs an expired holder may have written without ever
+/// preparing an advance: they are not committed (a commit needs an advance first), and would
+/// hold rows that later objects emit, so the next taker removes them.
+pub fn leftover(lock: &Record, now: i64) -> Option<(String, String)> {
+    let claim = lock.claim.as_ref().filter(|c| c.lease_until <= now)?;
+    let state = lock.bookmark.as_ref()?;
+    if state.advance.is_some() {
+        return None;
+    }
+    match (&state.holder, &claim.target) {
+        (Some(key), Target::Version(v)) => Some((key.clone(), v.version.clone())),
+        _ => None,
+    }
 }
 
 /// How an advance left on an expired lock is settled, from the object's record.
@@ -852,6 +875,7 @@ pub fn resolved(lock: &Record, apply_it: bool, req: &LockRequest) -> Record {
     {
         apply(state, &a);
     }
+    state.holder = Some(req.key.clone());
     record.claim = Some(claim_of(req));
     bump(record, req.now)
 }
@@ -883,6 +907,7 @@ pub fn finish(r: &Record, token: &str, now: i64) -> Result<Record, ClaimLost> {
     if let Some(a) = state.advance.take() {
         apply(state, &a);
     }
+    state.holder = None;
     record.claim = None;
     record.note = None;
     Ok(bump(record, now))
@@ -894,6 +919,7 @@ pub fn abandon(r: &Record, token: &str, note: &str, now: i64) -> Result<Record, 
     let mut record = r.clone();
     if let Some(b) = record.bookmark.as_mut() {
         b.advance = None;
+        b.holder = None;
     }
     record.claim = None;
     record.note = Some(note.to_string());
@@ -1190,6 +1216,7 @@ mod tests {
         LockRequest {
             source_id: "s".into(),
             token: token.into(),
+            key: "in/a.csv".into(),
             target: version("a"),
             run_id: format!("run-{token}"),
             now,
@@ -1279,6 +1306,26 @@ mod tests {
         let a = abandon(&p2, "t2", "failed", 33).unwrap();
         assert_eq!(a.bookmark.as_ref().unwrap().counts.emitted, 4);
         assert!(a.bookmark.as_ref().unwrap().advance.is_none());
+    }
+
+    #[test]
+    fn a_holder_that_died_before_preparing_leaves_outputs_for_the_next_taker_to_remove() {
+        let l1 = take_lock(None, "t1", 0);
+        assert_eq!(
+            l1.bookmark.as_ref().unwrap().holder.as_deref(),
+            Some("in/a.csv")
+        );
+        // Live: nothing to remove; expired: the holder's object and version.
+        assert_eq!(leftover(&l1, 50), None);
+        assert_eq!(leftover(&l1, 100), Some(("in/a.csv".into(), "a".into())));
+        // Prepared: the advance settles it instead; finished or abandoned: nothing held.
+        let p = prepare(&l1, "t1", advance("v1", "o"), 20).unwrap();
+        assert_eq!(leftover(&p, 100), None);
+        let f = finish(&p, "t1", 30).unwrap();
+        assert_eq!(f.bookmark.as_ref().unwrap().holder, None);
+        assert_eq!(leftover(&f, 100), None);
+        let a = abandon(&take_lock(Some(&f), "t2", 31), "t2", "x", 32).unwrap();
+        assert_eq!(leftover(&a, 1000), None);
     }
 
     #[test]

@@ -288,6 +288,10 @@ pub struct BookmarkState {
     /// The advance prepared by the lock's holder, not yet applied (lock record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub advance: Option<Box<Advance>>,
+    /// The key of the object the lock's holder is processing (lock record, while held):
+    /// whoever takes the lock after the holder died removes its uncommitted outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
 }
 
 impl Record {

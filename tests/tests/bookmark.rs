@@ -445,6 +445,13 @@ async fn a_crash_at_every_step_loses_and_duplicates_nothing(b: Backends) {
         b.clock.advance(LEASE_MARGIN_MS + 1);
         let o = process_until_done(&b, &healthy, &format!("{dir}/c.csv")).await;
         assert!(matches!(o, Outcome::Processed { .. }), "{step:?}: {o:?}");
+        // Already exactly once: the dead worker's uncommitted outputs were removed by the
+        // worker that took the lock after it.
+        let (emitted, _) = lake_ids(&b, "snap").await;
+        assert_eq!(
+            emitted, want,
+            "{step:?}: before the crashed object is retried"
+        );
         // The redelivered event of the crashed object.
         let o = process_until_done(&b, &healthy, &format!("{dir}/b.csv")).await;
         match step {
@@ -482,6 +489,81 @@ async fn a_crash_at_every_step_loses_and_duplicates_nothing(b: Backends) {
                 m
             });
     assert_eq!(statuses, BTreeMap::from([(Status::Done, 15)]));
+}
+
+/// Stops the worker at `step` for `key` until told to go on.
+struct PauseAt {
+    step: Step,
+    key: String,
+    reached: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    resume: Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl Faults for PauseAt {
+    fn check(&self, step: Step, key: &str) -> Result<()> {
+        if step == self.step
+            && key == self.key
+            && let Some(tx) = self.reached.lock().unwrap().take()
+        {
+            tx.send(()).unwrap();
+            // Hand this worker thread's other tasks to the runtime while waiting.
+            tokio::task::block_in_place(|| self.resume.lock().unwrap().recv().unwrap());
+        }
+        Ok(())
+    }
+}
+
+/// A worker that outlives its leases with its advance prepared (impossible for a Lambda,
+/// whose lease is its deadline plus a margin) is fenced by the next holder: it can no longer
+/// commit, its outputs are removed, and every key is in the lake once.
+async fn a_holder_that_outlives_its_lease_is_fenced_and_cannot_commit(b: Backends) {
+    let healthy = pipeline(&b, None);
+    b.upload("snap/z/a.csv", snapshot(0..20)).await;
+    b.upload("snap/z/b.csv", snapshot(0..40)).await;
+    b.upload("snap/z/c.csv", snapshot(0..60)).await;
+    process_until_done(&b, &healthy, "snap/z/a.csv").await;
+    let (reached_tx, reached_rx) = std::sync::mpsc::channel();
+    let (resume_tx, resume_rx) = std::sync::mpsc::channel();
+    let slow = pipeline(
+        &b,
+        Some(Arc::new(PauseAt {
+            step: Step::BeforeCommit,
+            key: "snap/z/b.csv".into(),
+            reached: Mutex::new(Some(reached_tx)),
+            resume: Mutex::new(resume_rx),
+        })),
+    );
+    let b = Arc::new(b);
+    let zombie = {
+        let b = b.clone();
+        tokio::spawn(async move { process(&b, &slow, "snap/z/b.csv").await })
+    };
+    tokio::task::spawn_blocking(move || reached_rx.recv().unwrap())
+        .await
+        .unwrap();
+    // Its advance is prepared, its object not committed; its leases run out.
+    b.clock.advance(LEASE_MARGIN_MS + 1);
+    let o = process_until_done(&b, &healthy, "snap/z/c.csv").await;
+    assert!(matches!(o, Outcome::Processed { .. }), "{o:?}");
+    let fenced = b.ledger.get("snap", "snap/z/b.csv").await.unwrap().unwrap();
+    assert!(fenced.claim.is_none(), "{fenced:?}");
+    assert_eq!(fenced.status, Status::Pending);
+    let (emitted, _) = lake_ids(&b, "snap").await;
+    assert_eq!(emitted, (0..60).collect::<Vec<_>>());
+    // The zombie wakes up and tries to commit.
+    resume_tx.send(()).unwrap();
+    let late = zombie.await.unwrap();
+    assert!(
+        matches!(late, Err(ProcessError::ClaimLost { .. })),
+        "{late:?}"
+    );
+    let o = process_until_done(&b, &healthy, "snap/z/b.csv").await;
+    assert!(matches!(o, Outcome::Processed { rows: 0, .. }), "{o:?}");
+    let (emitted, _) = lake_ids(&b, "snap").await;
+    assert_eq!(emitted, (0..60).collect::<Vec<_>>());
+    let (mark, c) = counts(&b, "snap").await;
+    assert_eq!(mark, Some(vec!["59".to_string()]));
+    assert_eq!((c.objects, c.emitted, c.late), (3, 60, 0));
 }
 
 async fn replays_and_pauses_are_refused_for_a_keyed_source(b: Backends) {
@@ -544,5 +626,6 @@ on_both!(
     a_composite_string_and_timestamp_key,
     an_overwrite_keeps_the_rows_its_earlier_version_emitted,
     a_crash_at_every_step_loses_and_duplicates_nothing,
+    a_holder_that_outlives_its_lease_is_fenced_and_cannot_commit,
     replays_and_pauses_are_refused_for_a_keyed_source,
 );

@@ -282,6 +282,7 @@ fn full_bookmark() -> tidemark::model::BookmarkState {
             delta: counts,
             at: 1_700_000_003_000,
         })),
+        holder: Some("in/ü b.csv".into()),
     }
 }
 

@@ -164,7 +164,7 @@ impl Pipeline {
         let Target::Version(version) = claimed else {
             return Err(ProcessError::Internal("a keyed delete has no rows".into()));
         };
-        let mut held = self.take_lock(source, claimed, ctx).await?;
+        let mut held = self.take_lock(source, key, claimed, ctx).await?;
         let result = self
             .keyed_locked(source, key, record, version, token, ctx, &mut held)
             .await;
@@ -175,6 +175,18 @@ impl Pipeline {
             _ => None,
         };
         if let Some(note) = release {
+            // Only while our lease runs: after it, the next holder owns these names.
+            let ours = held
+                .record
+                .claim
+                .as_ref()
+                .is_some_and(|c| c.lease_until > self.clock.now_ms());
+            if result.is_err()
+                && ours
+                && let Err(e) = self.remove_uncommitted(source, key, &version.version).await
+            {
+                warn!(source_id = source.id(), key, error = %e, "uncommitted outputs left for the next holder to remove");
+            }
             let now = self.clock.now_ms();
             let t = held.token.clone();
             if let Err(e) = self
@@ -404,6 +416,7 @@ impl Pipeline {
             index: None,
             late_output,
             advance: None,
+            holder: None,
         };
         let max = source.doc.max_attempts;
         let committing = self
@@ -486,7 +499,13 @@ impl Pipeline {
     /// Take the source's lock, settling an advance an expired holder left; wait (polling
     /// with backoff) while another worker holds it, at most half the time left before the
     /// deadline (between 5 s and 2 min of real time), then fail transiently.
-    async fn take_lock(&self, source: &Source, claimed: &Target, ctx: &RunContext) -> Result<Held> {
+    async fn take_lock(
+        &self,
+        source: &Source,
+        key: &str,
+        claimed: &Target,
+        ctx: &RunContext,
+    ) -> Result<Held> {
         let lock_id = bookmark::lock_source_id(source.id());
         let token = uuid::Uuid::new_v4().to_string();
         let started = Instant::now();
@@ -495,17 +514,22 @@ impl Pipeline {
         let mut backoff = Duration::from_millis(10);
         let mut current = self.ledger.get(&lock_id, LOCK_KEY).await?;
         loop {
+            let mut stale_index: Option<OutputRef> = None;
             let now = self.clock.now_ms();
             let req = LockRequest {
                 source_id: source.id().to_string(),
                 token: token.clone(),
+                key: key.to_string(),
                 target: claimed.clone(),
                 run_id: ctx.run_id.clone(),
                 now,
                 lease_until: ctx.deadline_ms.max(now) + self.settings.lease_margin_ms,
             };
             let (write, busy_until, cleanup) = match bookmark::decide_lock(current.as_ref(), &req) {
-                LockDecision::Take(record) => (Some(*record), 0, None),
+                LockDecision::Take(record) => {
+                    let gone = current.as_ref().and_then(|c| bookmark::leftover(c, now));
+                    (Some(*record), 0, gone)
+                }
                 LockDecision::Busy { until } => (None, until, None),
                 LockDecision::Settle(advance) => {
                     let object = self.ledger.get(source.id(), &advance.key).await?;
@@ -534,12 +558,12 @@ impl Pipeline {
                             } else {
                                 old.map(|o| o.key)
                             };
+                            stale_index = dropped.filter(|d| Some(&d.key) != keep.as_ref());
                             info!(source_id = source.id(), key = %advance.key, run = %advance.run_id, applied = apply, "settled the bookmark advance of an expired holder");
-                            (
-                                Some(bookmark::resolved(lock, apply, &req)),
-                                0,
-                                dropped.filter(|d| Some(&d.key) != keep.as_ref()),
-                            )
+                            // A discarded advance's outputs were never committed.
+                            let gone =
+                                (!apply).then(|| (advance.key.clone(), advance.version.clone()));
+                            (Some(bookmark::resolved(lock, apply, &req)), 0, gone)
                         }
                     }
                 }
@@ -551,8 +575,12 @@ impl Pipeline {
                 };
                 match written {
                     LedgerWrite::Written => {
-                        if let Some(d) = cleanup {
+                        if let Some(d) = stale_index.take() {
                             let _ = self.store.delete(&d.bucket, &d.key, Some(&d.etag)).await;
+                        }
+                        if let Some((k, v)) = cleanup {
+                            info!(source_id = source.id(), key = %k, version = %v, "removing the uncommitted outputs of an expired holder");
+                            self.remove_uncommitted(source, &k, &v).await?;
                         }
                         return Ok(Held {
                             record,
@@ -577,6 +605,19 @@ impl Pipeline {
             backoff = (backoff * 2).min(LOCK_BACKOFF_MAX);
             current = self.ledger.get(&lock_id, LOCK_KEY).await?;
         }
+    }
+
+    /// Delete the outputs (emitted and late) of `version` of `key`, which were never
+    /// committed: left in the lake, they would hold rows other objects emit.
+    async fn remove_uncommitted(&self, source: &Source, key: &str, version: &str) -> Result<()> {
+        let bucket = &source.doc.output.bucket;
+        for out in [
+            versioned_output_key(source, key, version),
+            late_output_key(source, key, version),
+        ] {
+            self.store.delete(bucket, &out, None).await?;
+        }
+        Ok(())
     }
 
     /// A conditional write of the lock record, re-read from conflicts until it lands or the

@@ -60,12 +60,14 @@ pub fn late_output_key(source: &Source, key: &str, version: &str) -> String {
     format!("{prefix}_late/{rest}")
 }
 
-/// The index object written with a version.
-pub fn index_key(source: &Source, key: &str, version: &str) -> String {
+/// The index object written with a version by the holder of lock token `lock_token`: one
+/// name per attempt, so no attempt can overwrite the index the lock record refers to (even
+/// for a key deleted and uploaded again with the same bytes, hence the same version).
+pub fn index_key(source: &Source, key: &str, version: &str, lock_token: &str) -> String {
     format!(
         "{}_bookmark/index-{}.txt.zst",
         source.doc.output.prefix,
-        bookmark::short_hash(&[key, version])
+        bookmark::short_hash(&[key, version, lock_token])
     )
 }
 
@@ -183,7 +185,9 @@ impl Pipeline {
                 .is_some_and(|c| c.lease_until > self.clock.now_ms());
             if result.is_err()
                 && ours
-                && let Err(e) = self.remove_uncommitted(source, key, &version.version).await
+                && let Err(e) = self
+                    .remove_uncommitted(source, key, &version.version, &held.token)
+                    .await
             {
                 warn!(source_id = source.id(), key, error = %e, "uncommitted outputs left for the next holder to remove");
             }
@@ -345,7 +349,7 @@ impl Pipeline {
             .index
             .encode()
             .map_err(|m| ProcessError::Internal(format!("encoding the bookmark index: {m}")))?;
-        let index_key = index_key(source, key, &version.version);
+        let index_key = index_key(source, key, &version.version, &held.token);
         let index_etag = self
             .put_over(&out_bucket, &index_key, Bytes::from(index_bytes), &metadata)
             .await?;
@@ -578,9 +582,10 @@ impl Pipeline {
                         if let Some(d) = stale_index.take() {
                             let _ = self.store.delete(&d.bucket, &d.key, Some(&d.etag)).await;
                         }
-                        if let Some((k, v)) = cleanup {
+                        let dead = current.as_ref().and_then(|c| c.claim.as_ref());
+                        if let (Some((k, v)), Some(dead)) = (cleanup, dead) {
                             info!(source_id = source.id(), key = %k, version = %v, "removing the uncommitted outputs of an expired holder");
-                            self.remove_uncommitted(source, &k, &v).await?;
+                            self.remove_uncommitted(source, &k, &v, &dead.token).await?;
                         }
                         return Ok(Held {
                             record,
@@ -607,13 +612,21 @@ impl Pipeline {
         }
     }
 
-    /// Delete the outputs (emitted and late) of `version` of `key`, which were never
-    /// committed: left in the lake, they would hold rows other objects emit.
-    async fn remove_uncommitted(&self, source: &Source, key: &str, version: &str) -> Result<()> {
+    /// Delete the outputs (emitted and late) of `version` of `key` and the index written
+    /// under lock token `lock_token`, which were never committed: left in the lake, the
+    /// outputs would hold rows other objects emit.
+    async fn remove_uncommitted(
+        &self,
+        source: &Source,
+        key: &str,
+        version: &str,
+        lock_token: &str,
+    ) -> Result<()> {
         let bucket = &source.doc.output.bucket;
         for out in [
             versioned_output_key(source, key, version),
             late_output_key(source, key, version),
+            index_key(source, key, version, lock_token),
         ] {
             self.store.delete(bucket, &out, None).await?;
         }

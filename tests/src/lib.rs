@@ -603,3 +603,24 @@ pub fn form_encode(key: &str) -> String {
     }
     out
 }
+
+/// Runs each named `async fn(Backends)` of the calling test file on both backend pairs: as
+/// `aws::<name>` on the S3 emulator + DynamoDB Local, and as `embedded::<name>` on local
+/// folders + SQLite.
+#[macro_export]
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {
+        mod aws {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name($crate::Backends::aws().await).await
+            })*
+        }
+        mod embedded {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name($crate::Backends::embedded().await).await
+            })*
+        }
+    };
+}

@@ -602,24 +602,7 @@ async fn replays_and_pauses_are_refused_for_a_keyed_source(b: Backends) {
     assert!(e.to_string().contains("bookmark keys"), "{e}");
 }
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod aws {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name(tidemark_tests::Backends::aws().await).await
-            })*
-        }
-        mod embedded {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name(tidemark_tests::Backends::embedded().await).await
-            })*
-        }
-    };
-}
-
-on_both!(
+tidemark_tests::on_both!(
     full_snapshots_in_any_order_with_8_workers_emit_each_key_once,
     late_keys_are_counted_written_or_dropped_and_reported,
     descending_keys_emit_downwards,

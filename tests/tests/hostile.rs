@@ -857,24 +857,7 @@ async fn manual_payloads_with_unknown_fields_are_refused(b: Backends) {
     assert!(e.to_string().contains("sources[0].max_record_bytes"), "{e}");
 }
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod aws {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name(tidemark_tests::Backends::aws().await).await
-            })*
-        }
-        mod embedded {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name(tidemark_tests::Backends::embedded().await).await
-            })*
-        }
-    };
-}
-
-on_both!(
+tidemark_tests::on_both!(
     csv_wrong_field_count,
     csv_text_after_a_closing_quote,
     csv_quote_never_closed,

@@ -413,24 +413,7 @@ async fn incompatible_files_are_quarantined_and_the_good_ones_land(b: Backends) 
     println!("{}: {bad_keys:?} quarantined", b.name);
 }
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod aws {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name(tidemark_tests::Backends::aws().await).await
-            })*
-        }
-        mod embedded {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name(tidemark_tests::Backends::embedded().await).await
-            })*
-        }
-    };
-}
-
-on_both!(
+tidemark_tests::on_both!(
     parquet_equal_to_csv_gives_identical_rows_and_sums,
     incompatible_files_are_quarantined_and_the_good_ones_land,
 );

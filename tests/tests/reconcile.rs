@@ -816,24 +816,7 @@ async fn a_stale_config_backfill_reprocesses_only_objects_of_the_old_config(b: B
     );
 }
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod aws {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name(tidemark_tests::Backends::aws().await).await
-            })*
-        }
-        mod embedded {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name(tidemark_tests::Backends::embedded().await).await
-            })*
-        }
-    };
-}
-
-on_both!(
+tidemark_tests::on_both!(
     a_run_that_stops_early_resumes_from_its_cursor,
     objects_without_events_are_found_missing_repaired_and_the_window_is_clean_after,
     hand_edits_are_each_reported_as_their_own_kind_with_exact_numbers,

@@ -254,24 +254,7 @@ async fn an_incompatible_file_is_quarantined_naming_the_column(b: Backends) {
     assert_eq!(out.keys().collect::<Vec<_>>(), ["orders/good.csv.parquet"]);
 }
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {
-        mod aws {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name(tidemark_tests::Backends::aws().await).await
-            })*
-        }
-        mod embedded {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $name() {
-                super::$name(tidemark_tests::Backends::embedded().await).await
-            })*
-        }
-    };
-}
-
-on_both!(
+tidemark_tests::on_both!(
     schema_evolution_is_additive_and_recorded_per_object,
     an_incompatible_file_is_quarantined_naming_the_column,
 );

@@ -194,7 +194,7 @@ impl Pipeline {
             let now = self.clock.now_ms();
             let t = held.token.clone();
             if let Err(e) = self
-                .lock_transition(source, key, held.record, |r| {
+                .transition(source, key, held.record, |r| {
                     bookmark::abandon(r, &t, &note, now)
                 })
                 .await
@@ -376,7 +376,7 @@ impl Pipeline {
         };
         let lock_token = held.token.clone();
         held.record = self
-            .lock_transition(source, key, held.record.clone(), |r| {
+            .transition(source, key, held.record.clone(), |r| {
                 bookmark::prepare(r, &lock_token, advance.clone(), now)
             })
             .await?;
@@ -444,7 +444,7 @@ impl Pipeline {
                     _ => {
                         // Not committed, and we will not commit: give the lock back.
                         let _ = self
-                            .lock_transition(source, key, held.record.clone(), |r| {
+                            .transition(source, key, held.record.clone(), |r| {
                                 bookmark::abandon(r, &lock_token, "the commit failed", now)
                             })
                             .await;
@@ -456,7 +456,7 @@ impl Pipeline {
         self.faults.check(Step::AfterCommit, key)?;
         let old_index = state.index.clone();
         match self
-            .lock_transition(source, key, held.record.clone(), |r| {
+            .transition(source, key, held.record.clone(), |r| {
                 bookmark::finish(r, &lock_token, self.clock.now_ms())
             })
             .await
@@ -631,30 +631,6 @@ impl Pipeline {
             self.store.delete(bucket, &out, None).await?;
         }
         Ok(())
-    }
-
-    /// A conditional write of the lock record, re-read from conflicts until it lands or the
-    /// lock is no longer ours.
-    async fn lock_transition(
-        &self,
-        source: &Source,
-        key: &str,
-        mut current: Record,
-        f: impl Fn(&Record) -> Result<Record, ClaimLost>,
-    ) -> Result<Record> {
-        let lost = |e: ClaimLost| ProcessError::ClaimLost {
-            bucket: source.doc.bucket.clone(),
-            key: key.to_string(),
-            source: e,
-        };
-        loop {
-            let next = f(&current).map_err(lost)?;
-            match self.ledger.replace(&next, current.rev).await? {
-                LedgerWrite::Written => return Ok(next),
-                LedgerWrite::Conflict(Some(now)) => current = *now,
-                LedgerWrite::Conflict(None) => return Err(lost(ClaimLost)),
-            }
-        }
     }
 
     /// Write `body` under `key`, replacing whatever is there (a leftover of an attempt that

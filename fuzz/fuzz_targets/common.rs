@@ -2,7 +2,7 @@
 //! first bytes of the input, decompression bounded at 1 MiB.
 
 use tidemark::convert::{
-    Compression, ConvertSpec, ConvertStats, CsvOptions, EmptyStrings, InputFormat,
+    Compression, ConvertSpec, ConvertStats, CsvColumns, CsvOptions, EmptyStrings, InputFormat,
 };
 use tidemark::schema::{ColumnSpec, arrow_schema};
 
@@ -62,6 +62,9 @@ pub fn spec(data: &[u8], csv: bool) -> Option<(ConvertSpec, &[u8])> {
     spec.batch_bytes = 1 + usize::from(b >> 3) * 8;
     if c < 128 {
         spec.max_record_bytes = 1 + usize::from(c);
+    } else if csv && c >= 192 {
+        // Columns matched by header name (only with a header; by position otherwise).
+        spec.csv_columns = CsvColumns::ByName;
     }
     spec.max_decoded_bytes = Some(1 << 20);
     Some((spec, rest))

@@ -1072,7 +1072,7 @@ mod tests {
     /// The size figures of the README: `cargo test -p tidemark --lib --release
     /// index_size -- --ignored --nocapture`.
     #[test]
-    #[ignore]
+    #[ignore = "size measurement for the README: cargo test -p tidemark --lib --release index_size -- --ignored --nocapture"]
     fn index_size() {
         let int = vec![KeyColumn {
             name: "id".into(),

@@ -704,30 +704,11 @@ impl Pipeline {
         };
         too_large(meta.size)?;
         self.faults.check(Step::AfterGet, key)?;
-        let mut version = version.clone();
-        version.etag.get_or_insert(meta.etag.clone());
-        version.size = Some(meta.size);
-        if version.version_id.is_none() {
-            version.version_id = meta.version_id.clone();
-        }
+        let version = pinned(version, &meta);
 
         let out_bucket = source.doc.output.bucket.clone();
         let out_key = source.output_key(key);
-        let mut metadata = BTreeMap::from([
-            (meta::SOURCE_ID.to_string(), source.id().to_string()),
-            (
-                meta::SOURCE_KEY.to_string(),
-                utf8_percent_encode(key, NON_ALPHANUMERIC).to_string(),
-            ),
-            (
-                meta::SOURCE_VERSION.to_string(),
-                utf8_percent_encode(&version.version, NON_ALPHANUMERIC).to_string(),
-            ),
-            (meta::RUN.to_string(), ctx.run_id.clone()),
-        ]);
-        if let Some(seq) = &version.sequencer {
-            metadata.insert(meta::SOURCE_SEQUENCER.to_string(), seq.to_string());
-        }
+        let metadata = output_metadata(source, key, &version, ctx);
         let spec = source.convert_spec(key);
         let (stats, etag) = self
             .convert_and_upload(
@@ -962,6 +943,43 @@ impl Pipeline {
             None => Ok(Outcome::NotCurrent),
         }
     }
+}
+
+/// `version` completed from the metadata of the GET that pinned it (ETag, size, version id).
+fn pinned(version: &VersionRef, meta: &crate::ports::ObjectMeta) -> VersionRef {
+    let mut version = version.clone();
+    version.etag.get_or_insert(meta.etag.clone());
+    version.size = Some(meta.size);
+    if version.version_id.is_none() {
+        version.version_id = meta.version_id.clone();
+    }
+    version
+}
+
+/// The user metadata of an output: which source object and version it came from, and the
+/// run that wrote it (how a leftover of an attempt that never committed is recognised).
+fn output_metadata(
+    source: &Source,
+    key: &str,
+    version: &VersionRef,
+    ctx: &RunContext,
+) -> BTreeMap<String, String> {
+    let mut metadata = BTreeMap::from([
+        (meta::SOURCE_ID.to_string(), source.id().to_string()),
+        (
+            meta::SOURCE_KEY.to_string(),
+            utf8_percent_encode(key, NON_ALPHANUMERIC).to_string(),
+        ),
+        (
+            meta::SOURCE_VERSION.to_string(),
+            utf8_percent_encode(&version.version, NON_ALPHANUMERIC).to_string(),
+        ),
+        (meta::RUN.to_string(), ctx.run_id.clone()),
+    ]);
+    if let Some(seq) = &version.sequencer {
+        metadata.insert(meta::SOURCE_SEQUENCER.to_string(), seq.to_string());
+    }
+    metadata
 }
 
 /// The GET body, remembering a read error of the transport: the converter sees it as an

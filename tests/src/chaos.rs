@@ -28,10 +28,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use arrow_array::cast::AsArray;
@@ -54,7 +52,6 @@ use tidemark::ports::{
 };
 use tidemark::process::{Faults, NoFaults, Pipeline, RunContext, Step};
 use tidemark::reconcile::{self, Options, Window};
-use tokio::io::{AsyncRead, ReadBuf};
 
 use crate::{
     Backends, LEASE_MARGIN_MS, Totals, direct, form_encode, orders_config, orders_csv,
@@ -405,43 +402,6 @@ impl FaultyStore {
     }
 }
 
-/// A GET body whose connection drops after `left` bytes (before the end, in any case).
-struct CutBody {
-    inner: tidemark::ports::Body,
-    left: u64,
-}
-
-impl AsyncRead for CutBody {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let reset = || {
-            std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                FaultKind::ConnectionReset.message(),
-            )
-        };
-        if self.left == 0 {
-            return Poll::Ready(Err(reset()));
-        }
-        let before = buf.filled().len();
-        match self.inner.as_mut().poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                let n = (buf.filled().len() - before) as u64;
-                if n == 0 {
-                    // The connection drops before the end of the body.
-                    return Poll::Ready(Err(reset()));
-                }
-                self.left = self.left.saturating_sub(n);
-                Poll::Ready(Ok(()))
-            }
-            other => other,
-        }
-    }
-}
-
 #[async_trait]
 impl ObjectStore for FaultyStore {
     async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectMeta>, StoreError> {
@@ -471,7 +431,11 @@ impl ObjectStore for FaultyStore {
                 let left = (bits >> 2) % meta.size.max(1);
                 Ok(GetOutcome::Found {
                     meta,
-                    body: Box::pin(CutBody { inner: body, left }),
+                    body: Box::pin(crate::flaky::CutBody::new(
+                        body,
+                        left as usize,
+                        FaultKind::ConnectionReset.message(),
+                    )),
                 })
             }
             (_, got) => Ok(got),

@@ -64,23 +64,32 @@ impl FlakyStore {
     }
 }
 
-/// A body that fails with a connection reset once `left` bytes are read.
-struct Dropped {
+/// A GET body whose connection drops (an `io::ErrorKind::ConnectionReset` saying
+/// `message`) once `left` bytes are read.
+pub(crate) struct CutBody {
     inner: Body,
     left: usize,
+    message: &'static str,
 }
 
-impl AsyncRead for Dropped {
+impl CutBody {
+    pub(crate) fn new(inner: Body, after: usize, message: &'static str) -> Self {
+        Self {
+            inner,
+            left: after,
+            message,
+        }
+    }
+}
+
+impl AsyncRead for CutBody {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         if self.left == 0 {
-            let reset = std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                "connection reset by peer",
-            );
+            let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, self.message);
             return Poll::Ready(Err(reset));
         }
         let mut limited = buf.take(self.left);
@@ -116,10 +125,11 @@ impl ObjectStore for FlakyStore {
         Ok(match got {
             GetOutcome::Found { meta, body } if cut => GetOutcome::Found {
                 meta,
-                body: Box::pin(Dropped {
-                    inner: body,
-                    left: self.cut_after.load(SeqCst),
-                }),
+                body: Box::pin(CutBody::new(
+                    body,
+                    self.cut_after.load(SeqCst),
+                    "connection reset by peer",
+                )),
             },
             other => other,
         })

@@ -285,30 +285,11 @@ impl Pipeline {
         };
         too_large(meta.size)?;
         self.faults.check(Step::AfterGet, key)?;
-        let mut version = version.clone();
-        version.etag.get_or_insert(meta.etag.clone());
-        version.size = Some(meta.size);
-        if version.version_id.is_none() {
-            version.version_id = meta.version_id.clone();
-        }
+        let version = pinned(version, &meta);
 
         let out_bucket = source.doc.output.bucket.clone();
         let out_key = versioned_output_key(source, key, &version.version);
-        let mut metadata = BTreeMap::from([
-            (meta::SOURCE_ID.to_string(), source.id().to_string()),
-            (
-                meta::SOURCE_KEY.to_string(),
-                utf8_percent_encode(key, NON_ALPHANUMERIC).to_string(),
-            ),
-            (
-                meta::SOURCE_VERSION.to_string(),
-                utf8_percent_encode(&version.version, NON_ALPHANUMERIC).to_string(),
-            ),
-            (meta::RUN.to_string(), ctx.run_id.clone()),
-        ]);
-        if let Some(seq) = &version.sequencer {
-            metadata.insert(meta::SOURCE_SEQUENCER.to_string(), seq.to_string());
-        }
+        let metadata = output_metadata(source, key, &version, ctx);
         let previous = record
             .committed
             .as_ref()

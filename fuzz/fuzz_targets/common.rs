@@ -2,7 +2,8 @@
 //! first bytes of the input, decompression bounded at 1 MiB.
 
 use tidemark::convert::{
-    Compression, ConvertSpec, ConvertStats, CsvColumns, CsvOptions, EmptyStrings, InputFormat,
+    BadRows, Compression, ConvertSpec, ConvertStats, CsvColumns, CsvOptions, EmptyStrings,
+    InputFormat,
 };
 use tidemark::schema::{ColumnSpec, arrow_schema};
 
@@ -66,18 +67,30 @@ pub fn spec(data: &[u8], csv: bool) -> Option<(ConvertSpec, &[u8])> {
         // Columns matched by header name (only with a header; by position otherwise).
         spec.csv_columns = CsvColumns::ByName;
     }
+    if c >= 128 && c & 32 != 0 {
+        // Bad rows set aside, at most 0-7 of them.
+        spec.bad_rows = BadRows::Reject {
+            max: u64::from(c & 7),
+        };
+    }
     spec.max_decoded_bytes = Some(1 << 20);
     Some((spec, rest))
 }
 
-/// What two conversions of the same input must agree on.
-pub fn summary(stats: &ConvertStats) -> (u64, Vec<(String, String)>) {
+/// What two conversions of the same input must agree on: rows, sums, and the line and
+/// error of each rejected row.
+pub fn summary(stats: &ConvertStats) -> (u64, Vec<(String, String)>, Vec<(Option<u64>, String)>) {
     let sums = stats
         .sums
         .iter()
         .map(|(k, v)| (k.clone(), v.to_string()))
         .collect();
-    (stats.rows, sums)
+    let rejects = stats
+        .rejects
+        .iter()
+        .map(|r| (r.line, r.error.clone()))
+        .collect();
+    (stats.rows, sums, rejects)
 }
 
 /// Converts `input` with `spec`, and decodes it again in one big batch: batches are an
@@ -96,5 +109,18 @@ pub fn check(input: &[u8], spec: &ConvertSpec) {
     if let Err(e) = &small {
         // Every error displays (and says where when it can).
         let _ = e.to_string();
+    }
+    if spec.bad_rows != BadRows::Fail {
+        // Rejecting changes nothing for an input without bad rows, and an input with
+        // none rejected converts the same under policy fail.
+        let mut fail = big.clone();
+        fail.bad_rows = BadRows::Fail;
+        let strict = tidemark::convert::count(input, &fail);
+        match (&strict, &large) {
+            (Ok(a), Ok(b)) => assert_eq!(summary(a), summary(b)),
+            (Ok(_), Err(_)) => panic!("rejecting fails a clean input: {large:?}"),
+            (Err(_), Ok(b)) => assert!(!b.rejects.is_empty(), "{strict:?} vs {large:?}"),
+            (Err(_), Err(_)) => {}
+        }
     }
 }

@@ -35,6 +35,7 @@ use arrow_csv::ReaderBuilder;
 use arrow_csv::reader::Decoder;
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 
+use super::reject::RejectLog;
 use super::value;
 use super::{
     Batches, ConvertError, ConvertSpec, CsvOptions, EmptyStrings, arrow_message, null_violation,
@@ -68,6 +69,8 @@ pub(super) struct CsvBatches<R> {
     line: u64,
     /// The structure of the bytes fed so far.
     scan: Scan,
+    /// Rows set aside (policy [`super::BadRows::Reject`]).
+    rejects: RejectLog,
 }
 
 /// Why feeding the decoder stopped short.
@@ -141,6 +144,7 @@ impl<R: BufRead> CsvBatches<R> {
             raw: Vec::new(),
             line: 0,
             scan: Scan::default(),
+            rejects: RejectLog::new(spec.bad_rows),
         };
         if options.header {
             let header = batches.single(batches.text_schema.clone());
@@ -368,30 +372,141 @@ impl<R: BufRead> CsvBatches<R> {
     fn first_error(&self, end: usize) -> Option<ConvertError> {
         let mut offset = 0;
         while offset < end {
-            let line = self.record_line(offset);
-            let rest = &self.raw[offset..end];
-            let mut decoder = self.single(self.text_schema.clone());
-            let span = match feed(&mut decoder, rest) {
-                Ok(span) => span,
-                Err(e) => return Some(self.field_count_error(offset, "", e)),
-            };
-            if let Err(e) = std::str::from_utf8(&rest[..span]) {
-                return Some(self.invalid_utf8(offset, e.valid_up_to()));
+            match self.check_record(offset, end) {
+                Ok(0) => break,
+                Ok(span) => offset += span,
+                Err(e) => return Some(e),
             }
-            let text = match decoder.flush() {
-                Ok(Some(text)) if span > 0 => text,
-                Ok(_) => break,
-                Err(e) => return Some(self.utf8_error(line, e)),
-            };
-            let record = &rest[..span];
-            let mut typed = self.single(self.read_schema.clone());
-            let parses = feed(&mut typed, record).and_then(|_| typed.flush()).is_ok();
-            if let Some(e) = self.check_fields(line, record, &text, parses) {
-                return Some(e);
-            }
-            offset += span;
         }
         None
+    }
+
+    /// The record at `offset` of `raw[..end]`: how many bytes it spans (0: there is none),
+    /// or where and why it does not decode.
+    fn check_record(&self, offset: usize, end: usize) -> Result<usize, ConvertError> {
+        let line = self.record_line(offset);
+        let rest = &self.raw[offset..end];
+        let mut decoder = self.single(self.text_schema.clone());
+        let span = feed(&mut decoder, rest).map_err(|e| self.field_count_error(offset, "", e))?;
+        if let Err(e) = std::str::from_utf8(&rest[..span]) {
+            return Err(self.invalid_utf8(offset, e.valid_up_to()));
+        }
+        let text = match decoder.flush() {
+            Ok(Some(text)) if span > 0 => text,
+            Ok(_) => return Ok(0),
+            Err(e) => return Err(self.utf8_error(line, e)),
+        };
+        let record = &rest[..span];
+        let mut typed = self.single(self.read_schema.clone());
+        let parses = feed(&mut typed, record).and_then(|_| typed.flush()).is_ok();
+        match self.check_fields(line, record, &text, parses) {
+            Some(e) => Err(e),
+            None => Ok(span),
+        }
+    }
+
+    /// How many bytes the record at `offset` of `raw[..end]` spans, by the scan (which
+    /// agrees with csv-core, and knows a record arrow-csv refuses).
+    fn record_extent(&self, offset: usize, end: usize) -> usize {
+        let mut scan = Scan::default();
+        let bytes = &self.raw[offset..end];
+        match scan.run(&self.options, usize::MAX, bytes, offset, offset + 1) {
+            Found::Boundary(n) => n,
+            _ => bytes.len(),
+        }
+    }
+
+    /// Reads on to the end of the record the scan is in, keeping its bytes in `raw`.
+    fn finish_record(&mut self) -> Result<(), Fill> {
+        while self.scan.state != State::StartRecord {
+            let buf = self.reader.fill_buf()?;
+            if buf.is_empty() {
+                if matches!(self.scan.state, State::Quoted | State::Escaped) {
+                    let message = "a quoted field is still open at the end of the input";
+                    return Err(self.malformed(message));
+                }
+                self.scan.state = State::StartRecord;
+                return Ok(());
+            }
+            let mut scan = self.scan;
+            let base = self.raw.len();
+            let found = scan.run(&self.options, self.max_record_bytes, buf, base, base + 1);
+            let (n, failure) = match found {
+                Found::End => (buf.len(), None),
+                Found::Boundary(n) => (n, None),
+                Found::Malformed(n, message) => (n, Some(message.to_owned())),
+                Found::TooLong(n) => (
+                    n,
+                    Some(format!(
+                        "the record is longer than the limit of {} bytes (max_record_bytes)",
+                        self.max_record_bytes
+                    )),
+                ),
+            };
+            self.raw.extend_from_slice(&buf[..n]);
+            self.reader.consume(n);
+            self.scan = scan;
+            if let Some(message) = failure {
+                return Err(self.malformed(message));
+            }
+        }
+        Ok(())
+    }
+
+    /// Policy reject: each record of `raw` on its own, the bad ones set aside, the good
+    /// ones decoded together into one batch (of no rows if none is good). The decoder
+    /// starts afresh for the next batch.
+    fn sort_records(&mut self) -> Result<RecordBatch, ConvertError> {
+        self.decoder = builder(&self.options, self.read_schema.clone())
+            .with_batch_size(self.batch_rows)
+            .build_decoder();
+        self.fresh = true;
+        let end = self.raw.len();
+        let mut good = Vec::new();
+        let mut count = 0;
+        let mut offset = 0;
+        while offset < end {
+            let extent = self.record_extent(offset, end);
+            let record = offset..offset + extent;
+            offset += extent;
+            if self.raw[record.clone()]
+                .iter()
+                .all(|b| matches!(b, b'\r' | b'\n'))
+            {
+                continue;
+            }
+            match self.check_record(record.start, record.end) {
+                Ok(_) => {
+                    good.extend_from_slice(&self.raw[record]);
+                    if !good.ends_with(b"\n") && !good.ends_with(b"\r") {
+                        good.push(b'\n');
+                    }
+                    count += 1;
+                }
+                Err(e) => {
+                    let bytes = &self.raw[record];
+                    self.rejects.reject(e, bytes)?;
+                }
+            }
+        }
+        let mut decoder = builder(&self.options, self.read_schema.clone())
+            .with_batch_size(count.max(1))
+            .build_decoder();
+        let parsed = decode(&mut decoder, &mut true, &good)
+            .and_then(|_| decoder.decode(&[]))
+            .and_then(|_| decoder.flush());
+        let batch = match parsed {
+            Ok(Some(batch)) if batch.num_rows() == count => batch,
+            Ok(None) if count == 0 => RecordBatch::new_empty(self.read_schema.clone()),
+            _ => {
+                let message = "internal error: records that decode alone do not decode together";
+                return Err(ConvertError::parse(None, None, message));
+            }
+        };
+        let batch = self.read_exact(batch).ok_or_else(|| {
+            ConvertError::parse(None, None, "internal error: a checked value does not read")
+        })?;
+        self.fill_empty_strings(batch)
     }
 
     /// Invalid UTF-8 `at` bytes into the record at `offset` of `raw`, in the column the
@@ -508,13 +623,43 @@ impl<R: BufRead> Batches for CsvBatches<R> {
         match self.fill(self.batch_bytes) {
             Ok(()) => {}
             Err(Fill::Arrow(ArrowError::IoError(_, e))) => return Err(e.into()),
+            Err(Fill::Arrow(_)) if self.rejects.rejects() => {
+                // arrow-csv refused a record part-way through the bytes it was given: read
+                // on to the end of the record the scan is in, and sort what was read.
+                return match self.finish_record() {
+                    Ok(()) => self.sort_records().map(Some),
+                    Err(Fill::Arrow(ArrowError::IoError(_, e))) => Err(e.into()),
+                    Err(Fill::Arrow(e)) => Err(ConvertError::parse(None, None, arrow_message(e))),
+                    Err(Fill::Malformed(_, e)) => Err(e),
+                };
+            }
             Err(Fill::Arrow(e)) => {
                 let fallback = ConvertError::parse(None, None, arrow_message(e));
                 return Err(self.first_error(self.raw.len()).unwrap_or(fallback));
             }
-            // An error in an earlier record of the batch comes first.
+            // Malformed CSV fails the object under either policy; rows rejected before it
+            // do not matter then, but under policy fail an error in an earlier record of
+            // the batch comes first.
+            Err(Fill::Malformed(_, e)) if self.rejects.rejects() => return Err(e),
             Err(Fill::Malformed(start, e)) => return Err(self.first_error(start).unwrap_or(e)),
         }
+        match self.decode_batch() {
+            Ok(batch) => Ok(batch),
+            Err(ConvertError::Parse { .. }) if self.rejects.rejects() && !self.raw.is_empty() => {
+                self.sort_records().map(Some)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn take_rejects(&mut self) -> Vec<super::Rejected> {
+        self.rejects.take()
+    }
+}
+
+impl<R: BufRead> CsvBatches<R> {
+    /// The batch of the records in `raw`, fed to the decoder, checked.
+    fn decode_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
         // Before arrow-csv builds strings: it checks UTF-8 on the concatenated fields only,
         // so `a\xDA,\x92b` passes as one character split across two fields and becomes two
         // strings of invalid UTF-8. Delimiters, quotes and terminators are ASCII, so whole

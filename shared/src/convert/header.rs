@@ -173,6 +173,10 @@ impl Batches for ByName<'_> {
             .map(Some)
             .map_err(|e| ConvertError::parse(None, None, super::arrow_message(e)))
     }
+
+    fn take_rejects(&mut self) -> Vec<super::Rejected> {
+        self.inner.take_rejects()
+    }
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ use arrow_json::reader::{
 };
 use arrow_schema::{ArrowError, DataType, FieldRef, Schema, SchemaRef};
 
+use super::reject::RejectLog;
 use super::value;
 use super::{Batches, ConvertError, ConvertSpec, arrow_message, null_violation, nullable};
 use crate::schema::ColumnType;
@@ -54,6 +55,8 @@ pub(super) struct JsonBatches<R> {
     /// Lines read so far.
     line: u64,
     end: bool,
+    /// Rows set aside (policy [`super::BadRows::Reject`]).
+    rejects: RejectLog,
 }
 
 impl<R: BufRead> JsonBatches<R> {
@@ -74,10 +77,12 @@ impl<R: BufRead> JsonBatches<R> {
             rows: Vec::new(),
             line: 0,
             end: false,
+            rejects: RejectLog::new(spec.bad_rows),
         })
     }
 
-    /// Feeds lines to the decoder until it holds a batch or the input ends.
+    /// Feeds lines to the decoder until it holds a batch or the input ends. Under policy
+    /// reject, a line that fails on its own is set aside and the next one read.
     fn fill(&mut self) -> Result<(), ConvertError> {
         self.buf.clear();
         self.rows.clear();
@@ -100,7 +105,15 @@ impl<R: BufRead> JsonBatches<R> {
                     "the line is longer than the limit of {} bytes (max_record_bytes)",
                     self.max_record_bytes
                 );
-                return Err(ConvertError::parse(Some(self.line), None, message));
+                let error = ConvertError::parse(Some(self.line), None, message);
+                if !self.rejects.rejects() {
+                    return Err(error);
+                }
+                if self.buf.last() != Some(&b'\n') {
+                    skip_line(&mut self.reader)?;
+                }
+                self.set_aside(start, error)?;
+                continue;
             }
             if self.buf[start..].trim_ascii().is_empty() {
                 self.buf.truncate(start);
@@ -111,34 +124,135 @@ impl<R: BufRead> JsonBatches<R> {
             }
             let text = &self.buf[start..];
             if std::str::from_utf8(text).is_err() {
-                return Err(ConvertError::parse(Some(self.line), None, "invalid UTF-8"));
+                let error = ConvertError::parse(Some(self.line), None, "invalid UTF-8");
+                self.set_aside(start, error)?;
+                continue;
             }
             let before = self.decoder.len();
             let taken = self
                 .decoder
                 .decode(text)
-                .map_err(|e| ConvertError::parse(Some(self.line), None, arrow_message(e)))?;
-            if taken != text.len()
-                || self.decoder.has_partial_record()
-                || self.decoder.len() != before + 1
-            {
-                let message = "expected exactly one JSON value on the line";
-                return Err(ConvertError::parse(Some(self.line), None, message));
+                .map_err(|e| ConvertError::parse(Some(self.line), None, arrow_message(e)));
+            let error = match taken {
+                Err(e) => Some(e),
+                Ok(taken)
+                    if taken != text.len()
+                        || self.decoder.has_partial_record()
+                        || self.decoder.len() != before + 1 =>
+                {
+                    let message = "expected exactly one JSON value on the line";
+                    Some(ConvertError::parse(Some(self.line), None, message))
+                }
+                Ok(_) => None,
+            };
+            if let Some(error) = error {
+                self.set_aside(start, error)?;
+                // The decoder may hold part of the line: start it again with the others.
+                self.refeed()?;
+                continue;
             }
             self.rows.push((self.line, start..self.buf.len()));
         }
         Ok(())
     }
 
+    /// Sets the line at `start` of `buf` (its end) aside for `error`, or fails with it.
+    fn set_aside(&mut self, start: usize, error: ConvertError) -> Result<(), ConvertError> {
+        self.rejects.reject(error, &self.buf[start..])?;
+        self.buf.truncate(start);
+        Ok(())
+    }
+
+    /// A new decoder, fed the lines of `rows` again.
+    fn refeed(&mut self) -> Result<(), ConvertError> {
+        self.decoder = decoder(&self.decode_schema, self.batch_rows.max(self.rows.len()))
+            .map_err(|e| ConvertError::invalid_spec(arrow_message(e)))?;
+        for (line, range) in &self.rows {
+            let text = &self.buf[range.clone()];
+            let taken = self
+                .decoder
+                .decode(text)
+                .map_err(|e| ConvertError::parse(Some(*line), None, arrow_message(e)))?;
+            if taken != text.len() {
+                let message = "internal error: a line that decoded alone does not decode again";
+                return Err(ConvertError::parse(Some(*line), None, message));
+            }
+        }
+        Ok(())
+    }
+
+    /// Policy reject, once the batch failed: the lines that fail on their own (`bad`, and
+    /// those found by decoding each alone when `bad` is empty) are set aside, and the batch
+    /// decoded again from the others.
+    fn sort_lines(
+        &mut self,
+        mut bad: Vec<(usize, ConvertError)>,
+    ) -> Result<RecordBatch, ConvertError> {
+        if bad.is_empty() {
+            bad = (0..self.rows.len())
+                .filter_map(|i| {
+                    let (line, range) = &self.rows[i];
+                    let bytes = &self.buf[range.clone()];
+                    let e = decode_line(&self.decode_schema, bytes).err()?;
+                    Some((i, self.diagnose(*line, bytes, e)))
+                })
+                .collect();
+        }
+        let mut rows = std::mem::take(&mut self.rows);
+        for (i, error) in bad.into_iter().rev() {
+            let (_, range) = rows.remove(i);
+            self.rejects.reject(error, &self.buf[range])?;
+        }
+        self.rows = rows;
+        self.refeed()?;
+        let batch = match self.decoder.flush() {
+            Ok(Some(batch)) => batch,
+            Ok(None) => RecordBatch::new_empty(self.decode_schema.clone()),
+            Err(e) => return Err(self.locate(e)),
+        };
+        Ok(batch)
+    }
+
+    /// Policy reject: the rows of `batch` holding a NULL where the schema forbids one are
+    /// set aside, and the batch decoded again from the others.
+    fn reject_nulls(&mut self, batch: RecordBatch) -> Result<RecordBatch, ConvertError> {
+        let bad: Vec<_> = null_rows(&batch, &self.schema)
+            .into_iter()
+            .map(|(row, column)| {
+                let line = self.rows.get(row).map(|(line, _)| *line);
+                let name = self.schema.field(column).name();
+                let message = "missing value in a non-nullable column";
+                (row, ConvertError::parse(line, Some(name), message))
+            })
+            .collect();
+        if bad.is_empty() {
+            return Ok(batch);
+        }
+        let batch = self.sort_lines(bad)?;
+        match null_violation(&batch, &self.schema) {
+            None => Ok(batch),
+            Some(_) => {
+                let message = "internal error: a row without NULLs has one once decoded again";
+                Err(ConvertError::parse(None, None, message))
+            }
+        }
+    }
+
     /// Locates the first line of the batch that fails on its own, and in it the first
     /// column that fails on its own, to report `e` there.
     fn locate(&self, e: ArrowError) -> ConvertError {
-        let Some((line, bytes, e)) = self.rows.iter().find_map(|(line, range)| {
+        match self.rows.iter().find_map(|(line, range)| {
             let bytes = &self.buf[range.clone()];
             Some((*line, bytes, decode_line(&self.decode_schema, bytes).err()?))
-        }) else {
-            return ConvertError::parse(None, None, arrow_message(e));
-        };
+        }) {
+            Some((line, bytes, e)) => self.diagnose(line, bytes, e),
+            None => ConvertError::parse(None, None, arrow_message(e)),
+        }
+    }
+
+    /// The error of `line` (its `bytes`), which fails on its own with `e`: in the first
+    /// column that fails on its own.
+    fn diagnose(&self, line: u64, bytes: &[u8], e: ArrowError) -> ConvertError {
         // A line that fails without any column is not an object at all.
         if decode_line(&Schema::empty(), bytes).is_err() {
             let message = format!("not a JSON object: {}", arrow_message(e));
@@ -166,9 +280,17 @@ impl<R: BufRead> Batches for JsonBatches<R> {
         self.fill()?;
         let batch = match self.decoder.flush() {
             Ok(Some(batch)) => batch,
-            Ok(None) => return Ok(None),
+            Ok(None) if self.end => return Ok(None),
+            Ok(None) => return Ok(Some(RecordBatch::new_empty(self.decode_schema.clone()))),
+            Err(_) if self.rejects.rejects() => {
+                let batch = self.sort_lines(Vec::new())?;
+                return self.reject_nulls(batch).map(Some);
+            }
             Err(e) => return Err(self.locate(e)),
         };
+        if self.rejects.rejects() {
+            return self.reject_nulls(batch).map(Some);
+        }
         if let Some((row, column)) = null_violation(&batch, &self.schema) {
             let line = self.rows.get(row).map(|(line, _)| *line);
             let name = self.schema.field(column).name();
@@ -177,6 +299,45 @@ impl<R: BufRead> Batches for JsonBatches<R> {
         }
         Ok(Some(batch))
     }
+
+    fn take_rejects(&mut self) -> Vec<super::Rejected> {
+        self.rejects.take()
+    }
+}
+
+/// Reads to the end of the line (or of the input) without keeping what it reads.
+fn skip_line(reader: &mut impl BufRead) -> Result<(), ConvertError> {
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                reader.consume(i + 1);
+                return Ok(());
+            }
+            None => {
+                let n = buf.len();
+                reader.consume(n);
+            }
+        }
+    }
+}
+
+/// Every row of `batch` holding a NULL where `schema` forbids one, with its first such
+/// column, in row order.
+fn null_rows(batch: &RecordBatch, schema: &Schema) -> Vec<(usize, usize)> {
+    let mut rows = std::collections::BTreeMap::new();
+    for (col, (field, array)) in schema.fields().iter().zip(batch.columns()).enumerate() {
+        if field.is_nullable() || array.null_count() == 0 {
+            continue;
+        }
+        for row in (0..array.len()).filter(|&r| array.is_null(r)) {
+            rows.entry(row).or_insert(col);
+        }
+    }
+    rows.into_iter().collect()
 }
 
 /// An arrow-json decoder of objects with `schema`'s fields, `batch_rows` at a time.

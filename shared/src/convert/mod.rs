@@ -14,8 +14,11 @@
 //! A value is stored exactly or refused: where the Arrow readers would round a decimal,
 //! truncate a fraction, sub-microsecond digits or a time of day, read an overflowing
 //! float as infinity, keep the last of a JSON key given twice, or read `"abc"x` in CSV
-//! as `abcx`, the conversion fails naming the line and column instead. A bad row fails
-//! the whole object: there is no rejects file, so an output is always the whole source.
+//! as `abcx`, the conversion fails naming the line and column instead. By default a bad row
+//! fails the whole object, so an output is always the whole source; under
+//! [`BadRows::Reject`] the rows whose error is confined to them are set aside instead, with
+//! their line, error and bytes, in [`ConvertStats::rejects`] (see [`reject`] for which
+//! errors those are).
 
 mod csv;
 mod header;
@@ -24,6 +27,7 @@ mod json;
 // Not `mod parquet`, which would shadow the crate of that name here.
 #[path = "parquet.rs"]
 mod parquet_input;
+pub mod reject;
 mod stats;
 #[cfg(test)]
 mod testutil;
@@ -43,6 +47,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::schema::ColumnType;
 
+pub use reject::{BadRows, Rejected};
 pub use stats::{ConvertStats, ParseSumError, SumValue};
 
 /// Size at which the Parquet writer closes a row group even if it has fewer rows than
@@ -177,6 +182,8 @@ pub struct ConvertSpec {
     pub csv_columns: CsvColumns,
     /// zstd level of the Parquet column chunks (default 3).
     pub zstd_level: i32,
+    /// What a row that does not decode does (default [`BadRows::Fail`]).
+    pub bad_rows: BadRows,
 }
 
 impl ConvertSpec {
@@ -195,6 +202,7 @@ impl ConvertSpec {
             empty_strings: EmptyStrings::Null,
             csv_columns: CsvColumns::ByPosition,
             zstd_level: 3,
+            bad_rows: BadRows::Fail,
         }
     }
 }
@@ -321,7 +329,14 @@ fn null_violation(batch: &RecordBatch, schema: &Schema) -> Option<(usize, usize)
 
 /// A source of decoded record batches, checked against the spec's schema.
 trait Batches {
+    /// The next batch (possibly of no rows, when every row of it was rejected); `None` at
+    /// the end of the input.
     fn next_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError>;
+
+    /// The rows rejected since the last call (under [`BadRows::Reject`]).
+    fn take_rejects(&mut self) -> Vec<Rejected> {
+        Vec::new()
+    }
 }
 
 /// Converts `input` as `spec` describes into a Parquet file written to `output`.
@@ -504,18 +519,22 @@ fn decode_with<R: Read>(
         InputFormat::Parquet => Box::new(parquet_input::ParquetBatches::new(reader, spec, &types)?),
     };
     let mut rows = 0;
+    let mut rejects = Vec::new();
     while let Some(batch) = batches.next_batch()? {
+        rejects.extend(batches.take_rejects());
         let batch = keep(batch)?;
         rows += batch.num_rows() as u64;
         sums.add(&batch)?;
         each(&batch)?;
     }
+    rejects.extend(batches.take_rejects());
     Ok(ConvertStats {
         rows,
         sums: sums.finish(),
         bytes_read: meter.read.get(),
         bytes_decoded: meter.decoded.get(),
         row_groups: 0,
+        rejects,
     })
 }
 

@@ -205,6 +205,10 @@ pub struct ConvertStats {
     pub bytes_decoded: u64,
     /// Row groups in the Parquet file.
     pub row_groups: usize,
+    /// Rows set aside under [`BadRows::Reject`](super::BadRows::Reject), in input order
+    /// (not counted in `rows` or the sums).
+    #[serde(skip)]
+    pub rejects: Vec<super::Rejected>,
 }
 
 /// Running sums of the requested columns.

@@ -746,6 +746,19 @@ def test_alarms_present():
     check("alarms on DLQ depth, oldest message age, function errors, quarantined objects and reconcile findings", failures)
 
 
+def test_rejected_rows_are_counted_per_stack():
+    # The field reconcile prints (reconcile.rs metric_lines: "RejectedRows") feeds a
+    # stack-scoped metric, shown on the dashboard per source.
+    reconcile_lg = render(resources()["ReconcileFunction"]["Properties"]["LoggingConfig"]["LogGroup"])
+    fed = [f for f in filters_into("ReconcileRejectedRows").values()
+           if render(f["Properties"]["LogGroupName"]) == reconcile_lg
+           and "$.RejectedRows" in f["Properties"]["FilterPattern"]]
+    failures = [] if fed else ["no metric filter on the reconcile log group for $.RejectedRows"]
+    if "RejectedRows" not in json.dumps(resources("AWS::CloudWatch::Dashboard")):
+        failures.append("the dashboard does not show RejectedRows per source")
+    check("rejected rows counted from the reconcile log group and shown per source", failures)
+
+
 def test_the_lake_emits_no_events():
     failures = []
     lake = resources().get("LakeBucket")

@@ -1365,6 +1365,8 @@ mod tests {
             rows: 4,
             sums: Default::default(),
             outputs: vec![out("o0"), out("o1")],
+            rejected: 0,
+            rejects: None,
             config_fp: "fp".into(),
             committed_at: 25,
             run_id: "run".into(),

@@ -255,6 +255,30 @@ pub enum OnDelete {
     Keep,
 }
 
+/// What a row that does not decode does (see `convert::reject` for which errors are a
+/// row's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBadRow {
+    /// The object fails, naming the row; it is retried and quarantined after
+    /// `max_attempts`, and nothing of it reaches the lake.
+    #[default]
+    Fail,
+    /// The row goes to the object's rejects file (`<output prefix>_rejects/…jsonl`) and the
+    /// other rows to its output; the count is recorded with the commit and reported by
+    /// reconcile. More than `max_rejected_rows` bad rows fail the object.
+    Reject,
+}
+
+impl OnBadRow {
+    fn is_fail(&self) -> bool {
+        *self == OnBadRow::Fail
+    }
+}
+
+/// Default of `max_rejected_rows`.
+pub const DEFAULT_MAX_REJECTED_ROWS: u64 = 1000;
+
 /// Glue's job-bookmark modes (see `process::Pipeline::process`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -335,6 +359,13 @@ pub struct SourceDoc {
     /// Delete policy.
     #[serde(default)]
     pub on_delete: OnDelete,
+    /// Bad-row policy: `fail` (default) or `reject` (CSV and JSON Lines sources).
+    #[serde(default, skip_serializing_if = "OnBadRow::is_fail")]
+    pub on_bad_row: OnBadRow,
+    /// Under `on_bad_row: reject`, more bad rows than this in one object fail it (default
+    /// 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_rejected_rows: Option<u64>,
     /// Mode.
     #[serde(default)]
     pub mode: Mode,
@@ -592,6 +623,25 @@ impl Source {
         if let Some(b) = &doc.bookmark {
             crate::bookmark::validate(b, &doc.schema, at)?;
         }
+        if doc.on_bad_row == OnBadRow::Reject {
+            if doc.format == FormatDoc::Parquet {
+                return Err(invalid(
+                    format!("{at}.on_bad_row"),
+                    "\"reject\" is for csv and jsonl: a Parquet input's values are typed, and its errors fail the object",
+                ));
+            }
+            if doc.bookmark.is_some() {
+                return Err(invalid(
+                    format!("{at}.on_bad_row"),
+                    "\"reject\" is not available for a source with bookmark keys",
+                ));
+            }
+        } else if doc.max_rejected_rows.is_some() {
+            return Err(invalid(
+                format!("{at}.max_rejected_rows"),
+                "only with on_bad_row \"reject\"",
+            ));
+        }
         let include = globs(&doc.include, &format!("{at}.include"))?;
         let exclude = globs(&doc.exclude, &format!("{at}.exclude"))?;
         let schema = arrow_schema(&doc.schema);
@@ -667,6 +717,14 @@ impl Source {
             EmptyStringsDoc::Null => EmptyStrings::Null,
             EmptyStringsDoc::Empty => EmptyStrings::Empty,
         };
+        if self.doc.on_bad_row == OnBadRow::Reject {
+            spec.bad_rows = crate::convert::BadRows::Reject {
+                max: self
+                    .doc
+                    .max_rejected_rows
+                    .unwrap_or(DEFAULT_MAX_REJECTED_ROWS),
+            };
+        }
         if self
             .doc
             .csv
@@ -689,6 +747,17 @@ impl Source {
             ),
         };
         format!("{}{partition}{rel}.parquet", self.doc.output.prefix)
+    }
+
+    /// The rejects file of source key `key` (policy `on_bad_row: reject`): its output key
+    /// under `<output prefix>_rejects/`, ending `.jsonl` for `.parquet` (query engines skip
+    /// folders starting with `_`).
+    pub fn rejects_key(&self, key: &str) -> String {
+        let out = self.output_key(key);
+        let prefix = &self.doc.output.prefix;
+        let rest = out.strip_prefix(prefix.as_str()).unwrap_or(&out);
+        let rest = rest.strip_suffix(".parquet").unwrap_or(rest);
+        format!("{prefix}_rejects/{rest}.jsonl")
     }
 }
 
@@ -724,7 +793,7 @@ fn date_in_key(key: &str) -> Option<String> {
 /// can be detected per object: `<schema version>.<settings>`, two FNV-1a 64-bit hashes —
 /// the first of the schema alone (the output schema version, see [`schema_version`]), the
 /// second of everything else that shapes the output (format, dialect, compression, sums,
-/// empty strings, output, bookmark).
+/// empty strings, output, bookmark, bad-row policy).
 fn fingerprint(doc: &SourceDoc) -> String {
     let schema = serde_json::json!(doc.schema);
     let mut settings = serde_json::json!({
@@ -734,6 +803,12 @@ fn fingerprint(doc: &SourceDoc) -> String {
     });
     if let Some(b) = &doc.bookmark {
         settings["bookmark"] = serde_json::json!(b);
+    }
+    // Absent under the default policy, so that fingerprints from before it existed hold.
+    if doc.on_bad_row == OnBadRow::Reject {
+        settings["on_bad_row"] = serde_json::json!(doc.on_bad_row);
+        settings["max_rejected_rows"] =
+            serde_json::json!(doc.max_rejected_rows.unwrap_or(DEFAULT_MAX_REJECTED_ROWS));
     }
     format!(
         "{:016x}.{:016x}",
@@ -906,5 +981,53 @@ mod tests {
         let no_header = doc(r#","csv":{"columns":"name","header":false}"#);
         let err = Config::from_json(&no_header).unwrap_err().to_string();
         assert!(err.contains("sources[0].csv.columns"), "{err}");
+    }
+
+    #[test]
+    fn the_bad_row_policy_is_validated_fingerprinted_and_given_to_the_converter() {
+        use crate::convert::BadRows;
+        let a = Config::from_json(&doc("")).unwrap();
+        let fail = Config::from_json(&doc(r#","on_bad_row":"fail""#)).unwrap();
+        let reject = Config::from_json(&doc(r#","on_bad_row":"reject""#)).unwrap();
+        let at_5 =
+            Config::from_json(&doc(r#","on_bad_row":"reject","max_rejected_rows":5"#)).unwrap();
+        let fp = |c: &Config| c.sources[0].fingerprint.clone();
+        assert_eq!(
+            fp(&a),
+            fp(&fail),
+            "the default leaves fingerprints as they were"
+        );
+        assert_ne!(fp(&a), fp(&reject));
+        assert_ne!(fp(&reject), fp(&at_5));
+        assert_eq!(schema_version(&fp(&a)), schema_version(&fp(&reject)));
+        let bad_rows = |c: &Config| c.sources[0].convert_spec("orders/a.csv").bad_rows;
+        assert_eq!(bad_rows(&a), BadRows::Fail);
+        assert_eq!(bad_rows(&reject), BadRows::Reject { max: 1000 });
+        assert_eq!(bad_rows(&at_5), BadRows::Reject { max: 5 });
+
+        let s = &reject.sources[0];
+        assert_eq!(
+            s.output_key("orders/2024/a.csv"),
+            "orders/2024/a.csv.parquet"
+        );
+        assert_eq!(
+            s.rejects_key("orders/2024/a.csv"),
+            "orders/_rejects/2024/a.csv.jsonl"
+        );
+
+        let refused = |extra: &str| Config::from_json(&doc(extra)).unwrap_err().to_string();
+        let e = refused(r#","max_rejected_rows":5"#);
+        assert!(
+            e.contains("sources[0].max_rejected_rows: only with on_bad_row"),
+            "{e}"
+        );
+        let e = refused(r#","on_bad_row":"skip""#);
+        assert!(e.contains("sources[0].on_bad_row"), "{e}");
+        let e = refused(r#","on_bad_row":"reject","bookmark":{"keys":["id"]}"#);
+        assert!(e.contains("bookmark keys"), "{e}");
+        let parquet =
+            doc(r#","on_bad_row":"reject""#).replace(r#""format":"csv""#, r#""format":"parquet""#);
+        let e = Config::from_json(&parquet).unwrap_err().to_string();
+        assert!(e.contains("Parquet input's values are typed"), "{e}");
     }
 }

@@ -117,12 +117,29 @@ pub struct Committed {
     /// Outputs that hold this version's rows (kept outputs of a delete under policy `keep`).
     #[serde(default)]
     pub outputs: Vec<OutputRef>,
+    /// Rows of the version set aside under `on_bad_row: reject` (not in `rows` or `sums`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rejected: u64,
+    /// The rejects file holding them (JSON Lines), when there are any (or a delete kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejects: Option<OutputRef>,
     /// Fingerprint of the source configuration the version was processed under.
     pub config_fp: String,
     /// When the commit happened (ms since the epoch).
     pub committed_at: i64,
     /// The run (invocation or CLI run) that committed it.
     pub run_id: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Committed {
+    /// Every object in the lake this commit refers to: its outputs, then its rejects file.
+    pub fn files(&self) -> impl Iterator<Item = &OutputRef> {
+        self.outputs.iter().chain(&self.rejects)
+    }
 }
 
 /// A live or expired claim: one worker's exclusive right to bring the key to `target`.

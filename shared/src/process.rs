@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::io::SyncIoBridge;
 use tracing::{info, warn};
 
-use crate::config::{Config, Mode, OnDelete, Source};
+use crate::config::{Config, Mode, OnBadRow, OnDelete, Source};
 use crate::convert::{ConvertError, ConvertStats, convert};
 use crate::error::{ProcessError, Result, Retry, StoreError};
 use crate::events::{ObjectEvent, ObjectEventKind, Sequencer};
@@ -210,7 +210,7 @@ enum Claimed {
 }
 
 enum Work {
-    Commit(Committed),
+    Commit(Box<Committed>),
     Release(String),
 }
 
@@ -356,11 +356,13 @@ impl Pipeline {
             let now = self.clock.now_ms();
             let (after, result) = match work {
                 Ok(Work::Commit(committed)) => {
-                    let old_outputs = record
+                    let old_files: Vec<OutputRef> = record
                         .committed
-                        .as_ref()
-                        .map(|c| c.outputs.clone())
-                        .unwrap_or_default();
+                        .iter()
+                        .flat_map(|c| c.files().cloned())
+                        .collect();
+                    let old_outputs = record.committed.as_ref().map_or(0, |c| c.outputs.len());
+                    let new_files: Vec<OutputRef> = committed.files().cloned().collect();
                     let new_outputs = committed.outputs.clone();
                     let outcome = match &committed.target {
                         Target::Version(v) => Outcome::Processed {
@@ -369,19 +371,19 @@ impl Pipeline {
                             outputs: new_outputs.clone(),
                         },
                         Target::Delete(_) => Outcome::Deleted {
-                            outputs_removed: old_outputs.len() - new_outputs.len(),
+                            outputs_removed: old_outputs - new_outputs.len(),
                         },
                     };
                     let after = self
                         .transition(source, key, record, |r| {
-                            protocol::commit(r, &token, committed.clone(), now, max)
+                            protocol::commit(r, &token, (*committed).clone(), now, max)
                         })
                         .await?;
-                    // Outputs of the replaced version that the new one did not overwrite
-                    // (a delete has already handled its outputs by policy).
+                    // Outputs (and rejects file) of the replaced version that the new one
+                    // did not overwrite (a delete has already handled them by policy).
                     if matches!(claimed, Target::Version(_)) {
-                        for old in old_outputs.iter().filter(|o| {
-                            !new_outputs
+                        for old in old_files.iter().filter(|o| {
+                            !new_files
                                 .iter()
                                 .any(|n| n.bucket == o.bucket && n.key == o.key)
                         }) {
@@ -489,6 +491,8 @@ impl Pipeline {
             rows: 0,
             sums: BTreeMap::new(),
             outputs: Vec::new(),
+            rejected: 0,
+            rejects: None,
             config_fp: source.fingerprint.clone(),
             committed_at: now,
             run_id: ctx.run_id.clone(),
@@ -610,20 +614,30 @@ impl Pipeline {
         let bucket = &source.doc.bucket;
         match target {
             Target::Version(v) => {
-                let expected = record
-                    .committed
-                    .as_ref()
-                    .and_then(|c| c.outputs.iter().find(|o| o.key == source.output_key(key)))
-                    .map(|o| o.etag.clone());
-                let Some((version, stats, output)) =
-                    self.convert_version(source, key, v, expected, ctx).await?
+                let committed_etag = |out_key: String| {
+                    record
+                        .committed
+                        .as_ref()
+                        .and_then(|c| c.files().find(|o| o.key == out_key))
+                        .map(|o| o.etag.clone())
+                };
+                let expected = (
+                    committed_etag(source.output_key(key)),
+                    committed_etag(source.rejects_key(key)),
+                );
+                let Some(Converted {
+                    version,
+                    stats,
+                    output,
+                    rejects,
+                }) = self.convert_version(source, key, v, expected, ctx).await?
                 else {
                     return Ok(Work::Release(
                         "not current: the object changed or was deleted after the event".into(),
                     ));
                 };
                 self.faults.check(Step::BeforeCommit, key)?;
-                Ok(Work::Commit(Committed {
+                Ok(Work::Commit(Box::new(Committed {
                     target: Target::Version(version),
                     rows: stats.rows,
                     sums: stats
@@ -632,10 +646,12 @@ impl Pipeline {
                         .map(|(k, v)| (k.clone(), v.to_string()))
                         .collect(),
                     outputs: vec![output],
+                    rejected: stats.rejects.len() as u64,
+                    rejects,
                     config_fp: source.fingerprint.clone(),
                     committed_at: self.clock.now_ms(),
                     run_id: ctx.run_id.clone(),
-                }))
+                })))
             }
             Target::Delete(_) => {
                 if self.store.head(bucket, key).await?.is_some() {
@@ -643,50 +659,57 @@ impl Pipeline {
                         "not current: the key has a current object again".into(),
                     ));
                 }
-                let previous = record
-                    .committed
-                    .as_ref()
-                    .map(|c| c.outputs.clone())
-                    .unwrap_or_default();
-                let kept = match source.doc.on_delete {
-                    OnDelete::Keep => previous,
+                let previous = record.committed.as_ref();
+                let (kept, kept_rejects) = match source.doc.on_delete {
+                    OnDelete::Keep => (
+                        previous.map(|c| c.outputs.clone()).unwrap_or_default(),
+                        previous.and_then(|c| c.rejects.clone()),
+                    ),
                     OnDelete::Delete => {
-                        // We hold the claim, so the deterministic output key is ours to
-                        // delete, including a leftover of an attempt that never committed.
+                        // We hold the claim, so the deterministic output keys are ours to
+                        // delete, including leftovers of an attempt that never committed.
                         let out_bucket = &source.doc.output.bucket;
                         self.store
                             .delete(out_bucket, &source.output_key(key), None)
                             .await?;
-                        for o in &previous {
+                        if source.doc.on_bad_row == OnBadRow::Reject {
+                            self.store
+                                .delete(out_bucket, &source.rejects_key(key), None)
+                                .await?;
+                        }
+                        for o in previous.iter().flat_map(|c| c.files()) {
                             self.store.delete(&o.bucket, &o.key, None).await?;
                         }
-                        Vec::new()
+                        (Vec::new(), None)
                     }
                 };
                 self.faults.check(Step::BeforeCommit, key)?;
-                Ok(Work::Commit(Committed {
+                Ok(Work::Commit(Box::new(Committed {
                     target: target.clone(),
                     rows: 0,
                     sums: BTreeMap::new(),
                     outputs: kept,
+                    rejected: 0,
+                    rejects: kept_rejects,
                     config_fp: source.fingerprint.clone(),
                     committed_at: self.clock.now_ms(),
                     run_id: ctx.run_id.clone(),
-                }))
+                })))
             }
         }
     }
 
-    /// GET the version pinned to its ETag, convert it and write its output. `None` when the
-    /// object is no longer that version.
+    /// GET the version pinned to its ETag, convert it and write its output (and its rejects
+    /// file). `expected` holds the ETags the ledger has for the output and the rejects file.
+    /// `None` when the object is no longer that version.
     async fn convert_version(
         &self,
         source: &Source,
         key: &str,
         version: &VersionRef,
-        expected_output: Option<String>,
+        (expected_output, expected_rejects): (Option<String>, Option<String>),
         ctx: &RunContext,
-    ) -> Result<Option<(VersionRef, ConvertStats, OutputRef)>> {
+    ) -> Result<Option<Converted>> {
         let bucket = &source.doc.bucket;
         let too_large = |size: u64| match source.doc.max_object_bytes {
             Some(limit) if size > limit => Err(ProcessError::TooLarge {
@@ -721,16 +744,84 @@ impl Pipeline {
                 version.sequencer.as_ref(),
             )
             .await?;
+        let rejects = self
+            .write_rejects(source, key, &version, &stats, &metadata, expected_rejects)
+            .await?;
         self.faults.check(Step::AfterOutputPut, key)?;
-        Ok(Some((
+        Ok(Some(Converted {
             version,
             stats,
-            OutputRef {
+            output: OutputRef {
                 bucket: out_bucket,
                 key: out_key,
                 etag,
             },
-        )))
+            rejects,
+        }))
+    }
+
+    /// Under `on_bad_row: reject`, write the rejects file of `version` of `key` (its
+    /// rejected rows as JSON Lines) under the same conditions as an output; when it has
+    /// none, remove a rejects file an attempt that never committed (or an older version)
+    /// left there, unless it came from a newer version.
+    async fn write_rejects(
+        &self,
+        source: &Source,
+        key: &str,
+        version: &VersionRef,
+        stats: &ConvertStats,
+        metadata: &BTreeMap<String, String>,
+        expected: Option<String>,
+    ) -> Result<Option<OutputRef>> {
+        if source.doc.on_bad_row != OnBadRow::Reject {
+            return Ok(None);
+        }
+        let bucket = &source.doc.output.bucket;
+        let rejects_key = source.rejects_key(key);
+        let sequencer = version.sequencer.as_ref();
+        if stats.rejects.is_empty() {
+            if let Some(found) = self.store.head(bucket, &rejects_key).await? {
+                let theirs = found
+                    .metadata
+                    .get(meta::SOURCE_SEQUENCER)
+                    .and_then(|s| s.parse::<Sequencer>().ok());
+                if let (Some(theirs), Some(ours)) = (theirs, sequencer)
+                    && &theirs > ours
+                {
+                    return Err(ProcessError::StaleOutput {
+                        bucket: bucket.clone(),
+                        key: rejects_key,
+                    });
+                }
+                self.store
+                    .delete(bucket, &rejects_key, Some(&found.etag))
+                    .await?;
+            }
+            return Ok(None);
+        }
+        warn!(
+            source_id = source.id(),
+            key,
+            rejected = stats.rejects.len(),
+            first = %stats.rejects[0].error,
+            "bad rows set aside"
+        );
+        let body = rejects_jsonl(&source.doc.bucket, key, &version.version, &stats.rejects);
+        let etag = self
+            .conditional_write(
+                bucket,
+                &rejects_key,
+                &Upload::Single(body),
+                metadata,
+                expected,
+                sequencer,
+            )
+            .await?;
+        Ok(Some(OutputRef {
+            bucket: bucket.clone(),
+            key: rejects_key,
+            etag,
+        }))
     }
 
     /// Stream `body` through the converter on a blocking thread while the async side uploads
@@ -936,13 +1027,59 @@ impl Pipeline {
             return Ok(Outcome::Skipped(Skip::Duplicate));
         }
         match self
-            .convert_version(source, key, &version, None, ctx)
+            .convert_version(source, key, &version, (None, None), ctx)
             .await?
         {
-            Some((_, stats, _)) => Ok(Outcome::Untracked { rows: stats.rows }),
+            Some(converted) => Ok(Outcome::Untracked {
+                rows: converted.stats.rows,
+            }),
             None => Ok(Outcome::NotCurrent),
         }
     }
+}
+
+/// What [`Pipeline::convert_version`] made of a version.
+struct Converted {
+    /// The version, completed from the pinned GET.
+    version: VersionRef,
+    stats: ConvertStats,
+    output: OutputRef,
+    /// Its rejects file, when it has rejected rows.
+    rejects: Option<OutputRef>,
+}
+
+/// The rejects file of `version` of `bucket/key`: one JSON object per rejected row, in
+/// input order, naming the object, the line, the column and the error, with the record as
+/// read (`record`; `record_base64` instead when it is not UTF-8; `truncated` when it was
+/// longer than [`crate::convert::reject::REJECT_RECORD_BYTES`]).
+fn rejects_jsonl(
+    bucket: &str,
+    key: &str,
+    version: &str,
+    rejects: &[crate::convert::Rejected],
+) -> Bytes {
+    use base64::Engine;
+    let mut out = Vec::new();
+    for r in rejects {
+        let mut line = serde_json::json!({
+            "bucket": bucket, "key": key, "version": version,
+            "line": r.line, "column": r.column, "error": r.error,
+        });
+        match std::str::from_utf8(&r.record) {
+            Ok(text) => line["record"] = text.into(),
+            Err(_) => {
+                line["record_base64"] = base64::engine::general_purpose::STANDARD
+                    .encode(&r.record)
+                    .into();
+            }
+        }
+        if r.truncated {
+            line["truncated"] = true.into();
+        }
+        out.extend_from_slice(line.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    Bytes::from(out)
 }
 
 /// `version` completed from the metadata of the GET that pinned it (ETag, size, version id).

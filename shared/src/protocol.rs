@@ -425,6 +425,8 @@ mod tests {
             rows: 1,
             sums: Default::default(),
             outputs: vec![],
+            rejected: 0,
+            rejects: None,
             config_fp: "fp".into(),
             committed_at: 0,
             run_id: "r".into(),

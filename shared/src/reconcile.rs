@@ -166,6 +166,11 @@ pub struct SourceReport {
     /// or below the mark that were never emitted; written to `_late/` or dropped by policy).
     #[serde(default)]
     pub late_rows: u64,
+    /// A source with `on_bad_row: reject`: rows set aside by the objects checked in this
+    /// window (as their commits record them; each object's count is also checked against a
+    /// recount of the source).
+    #[serde(default)]
+    pub rejected_rows: u64,
     /// A source with bookmark keys: its counts since it began (objects, emitted, late and
     /// re-exported rows), from its lock record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -202,6 +207,7 @@ impl SourceReport {
             resumed_after: None,
             error: Some(error),
             late_rows: 0,
+            rejected_rows: 0,
             bookmark: None,
         }
     }
@@ -421,6 +427,7 @@ pub async fn reconcile_source(
     let mut resume_after = None;
     let mut last_key: Option<String> = None;
     let mut late_rows = 0;
+    let mut rejected_rows = 0;
 
     let start = opts.start_after.as_deref().unwrap_or("");
     let todo = objects.iter().filter(|(k, _)| k.as_str() > start);
@@ -465,6 +472,7 @@ pub async fn reconcile_source(
                         let committed = r.committed.as_ref().expect("done has a commit");
                         let classified = r.bookmark.as_ref().map(|b| b.counts);
                         late_rows += classified.map_or(0, |c| c.late);
+                        rejected_rows += committed.rejected;
                         match count_object(
                             p,
                             source,
@@ -595,6 +603,7 @@ pub async fn reconcile_source(
     };
     Ok(SourceReport {
         late_rows,
+        rejected_rows,
         bookmark,
         source_id: source.id().to_string(),
         window,
@@ -705,6 +714,25 @@ async fn count_object(
             }
         }
     }
+    if let Some(rejects) = &committed.rejects {
+        let found = match p.store.head(&rejects.bucket, &rejects.key).await? {
+            Some(found) if found.etag == rejects.etag => None,
+            Some(found) => Some(format!("ETag {}", found.etag)),
+            None => Some("no such object".to_string()),
+        };
+        if let Some(found) = found {
+            mismatches.push(Mismatch {
+                kind: MismatchKind::OutputMissing,
+                key: key.to_string(),
+                measure: format!("s3://{}/{}", rejects.bucket, rejects.key),
+                expected: format!(
+                    "the rejects file of {} rows (ETag {})",
+                    committed.rejected, rejects.etag
+                ),
+                found,
+            });
+        }
+    }
     if outputs_ok {
         counter.add(2, lake_rows, &lake_sums);
         compare(
@@ -729,14 +757,26 @@ async fn count_object(
             (stats.rows, &BTreeMap::new()),
             (classified.map_or(0, |c| c.rows()), &BTreeMap::new()),
         ),
-        Some(Ok(stats)) => compare(
-            mismatches,
-            MismatchKind::LedgerVsSource,
-            key,
-            tolerance,
-            (stats.rows, &stats.sums),
-            (committed.rows, &ledger_sums),
-        ),
+        Some(Ok(stats)) => {
+            compare(
+                mismatches,
+                MismatchKind::LedgerVsSource,
+                key,
+                tolerance,
+                (stats.rows, &stats.sums),
+                (committed.rows, &ledger_sums),
+            );
+            let rejected = stats.rejects.len() as u64;
+            if rejected != committed.rejected {
+                mismatches.push(Mismatch {
+                    kind: MismatchKind::LedgerVsSource,
+                    key: key.to_string(),
+                    measure: "rejected rows".into(),
+                    expected: rejected.to_string(),
+                    found: committed.rejected.to_string(),
+                });
+            }
+        }
         Some(Err(message)) => mismatches.push(Mismatch {
             kind: MismatchKind::SourceUnreadable,
             key: key.to_string(),
@@ -898,7 +938,8 @@ impl Report {
                                 {"Name": "Mismatches", "Unit": "Count"},
                                 {"Name": "Repaired", "Unit": "Count"},
                                 {"Name": "LagSeconds", "Unit": "Seconds"},
-                                {"Name": "LateRows", "Unit": "Count"}
+                                {"Name": "LateRows", "Unit": "Count"},
+                                {"Name": "RejectedRows", "Unit": "Count"}
                             ]
                         }]
                     },
@@ -913,6 +954,7 @@ impl Report {
                     "Repaired": s.repaired(),
                     "LagSeconds": s.lag_ms / 1000,
                     "LateRows": s.late_rows,
+                    "RejectedRows": s.rejected_rows,
                     "window_from": rfc3339(s.window.from_ms),
                     "window_to": rfc3339(s.window.to_ms),
                 })
@@ -1013,6 +1055,12 @@ impl Report {
                     "<p{}>bookmark keys: <b>{} LATE rows</b> in this window (keys at or below the mark, never emitted); since the source began: {} objects, {} rows emitted, {} late, {} re-exported and skipped</p>",
                     if s.late_rows > 0 { " class=\"diff\"" } else { "" },
                     s.late_rows, b.objects, b.emitted, b.late, b.skipped
+                ));
+            }
+            if s.rejected_rows > 0 {
+                h.push_str(&format!(
+                    "<p class=\"diff\">bad rows: <b>{} rows rejected</b> by the objects of this window (in their rejects files under <code>_rejects/</code>)</p>",
+                    s.rejected_rows
                 ));
             }
             let cols: BTreeSet<&String> = s

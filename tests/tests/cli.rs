@@ -55,8 +55,18 @@ struct Env {
 
 impl Env {
     async fn new(max_attempts: u32) -> Self {
+        Self::with(max_attempts, json!({})).await
+    }
+
+    /// [`Env::new`], with the fields of `extra` set on every source.
+    async fn with(max_attempts: u32, extra: Value) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let doc = document(LANDING, LAKE, max_attempts);
+        let mut doc = document(LANDING, LAKE, max_attempts);
+        for source in doc["sources"].as_array_mut().unwrap() {
+            for (k, v) in extra.as_object().unwrap() {
+                source[k] = v.clone();
+            }
+        }
         std::fs::write(dir.path().join("sources.json"), doc.to_string()).unwrap();
         let config = Arc::new(Config::from_json(&doc.to_string()).expect("valid config"));
         let clock = TestClock::at(SystemClock.now_ms());
@@ -542,6 +552,53 @@ async fn explain_shows_attempts_and_errors_of_a_quarantined_object() {
     assert_eq!(
         (st[0].count(Status::Quarantined), st[0].count(Status::Done)),
         (0, 2)
+    );
+}
+
+#[tokio::test]
+async fn rejected_rows_show_in_status_and_explain_and_purge_removes_their_file() {
+    let env = Env::with(3, json!({"on_bad_row": "reject"})).await;
+    let csv = "order_id,customer,quantity,amount,ordered_at\n1,a,1,1.00,2024-03-01T00:00:00Z\n\
+               two,b,1,1.00,2024-03-01T00:00:00Z\n3,c,3,3.00,2024-03-01T00:00:00Z\n4,d\n";
+    env.upload("in/mixed.csv", csv).await;
+    env.upload_orders(0, 1).await;
+    let r = env.run_orders().await;
+    assert_eq!((r.total.processed, r.total.rows), (2, 12), "{r:?}");
+    assert!(!r.failed());
+
+    let (_, out) = env.cli(&["status", "--source", "orders"]).await;
+    assert!(
+        out.contains("orders: 2 rows rejected in 1 objects (bad rows, not in ROWS); rejects files under s3://lake/orders/_rejects/"),
+        "{out}"
+    );
+    let (_, out) = env.cli(&["status", "--source", "orders", "--json"]).await;
+    let json: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["sources"][0]["rejected_rows"], 2, "{json}");
+    assert_eq!(json["sources"][0]["totals"]["rows"], 12, "{json}");
+    let (_, out) = env.cli(&["explain", "orders", "in/mixed.csv"]).await;
+    assert!(out.contains("  rows:     2\n"), "{out}");
+    assert!(out.contains("  rejected: 2 rows\n"), "{out}");
+    assert!(
+        out.contains("  rejects:  s3://lake/orders/_rejects/mixed.csv.jsonl (etag "),
+        "{out}"
+    );
+
+    let store = &env.backend.pipeline.store;
+    let listed = |prefix: &'static str| async move {
+        let page = store.list(LAKE, prefix, None).await.unwrap();
+        page.objects.into_iter().map(|o| o.key).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        listed("orders/_rejects/").await,
+        ["orders/_rejects/mixed.csv.jsonl"]
+    );
+    let (code, out) = env
+        .cli(&["reset", "--source", "orders", "--purge-outputs"])
+        .await;
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    assert!(
+        listed("orders/").await.is_empty(),
+        "outputs and rejects files purged"
     );
 }
 

@@ -214,6 +214,8 @@ fn full(key: &str, rev: u64) -> Record {
                     etag: "0cc175b9c0f1b6a831c399e269772661-3".into(),
                 },
             ],
+            rejected: 0,
+            rejects: None,
             config_fp: "fp-7f3a".into(),
             committed_at: 1_700_000_001_000,
             run_id: "run-1".into(),

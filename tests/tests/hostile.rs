@@ -5,8 +5,10 @@
 //! nothing else: the good objects delivered in the same SQS batch are processed, their rows
 //! and sums land exactly, and nothing else is written.
 //!
-//! Every bad row fails its object (there is no rejects file): a file is converted whole or
-//! not at all, so the lake never holds part of an object.
+//! Under the default policy (`on_bad_row: fail`) every bad row fails its object: a file is
+//! converted whole or not at all, so the lake never holds part of an object. Under
+//! `on_bad_row: reject` the rows whose error is their own go to the object's rejects file,
+//! counted in the ledger and by reconcile (the last tests here).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -20,6 +22,7 @@ use tidemark::ingest::{self, Response};
 use tidemark::model::Status;
 use tidemark::ports::{Clock, GetOutcome, WriteCondition};
 use tidemark::process::Pipeline;
+use tidemark::reconcile;
 use tidemark_tests::{
     Backends, LEASE_MARGIN_MS, Totals, direct, form_encode, orders_csv, orders_jsonl,
     parquet_totals, sqs,
@@ -857,6 +860,318 @@ async fn manual_payloads_with_unknown_fields_are_refused(b: Backends) {
     assert!(e.to_string().contains("sources[0].max_record_bytes"), "{e}");
 }
 
+// ---- policy reject --------------------------------------------------------------------
+
+const Q3: &str = "3,c,3,3.00,2024-03-03T00:00:00Z";
+const Q5: &str = "5,e,5,5.00,2024-03-05T00:00:00Z";
+
+/// A rejects file read back: one JSON object per line.
+async fn rejects_file(b: &Backends, key: &str) -> Vec<Value> {
+    let GetOutcome::Found { mut body, .. } = b.store.get(&b.lake, key, None).await.unwrap() else {
+        panic!("no rejects file {key}")
+    };
+    let mut bytes = Vec::new();
+    tokio::io::AsyncReadExt::read_to_end(&mut body, &mut bytes)
+        .await
+        .unwrap();
+    String::from_utf8(bytes)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+async fn lake_has(b: &Backends, key: &str) -> bool {
+    b.store.head(&b.lake, key).await.unwrap().is_some()
+}
+
+/// Under `on_bad_row: reject`: bad rows of CSV and JSON Lines objects go to their rejects
+/// files (naming object, version, line, column, error and the record), the other rows land
+/// exactly, the ledger counts them, reconcile reports and checks them; an object with more
+/// bad rows than `max_rejected_rows` is quarantined; a clean overwrite and a delete remove
+/// the rejects file.
+async fn bad_rows_go_to_the_rejects_file_under_policy_reject(b: Backends) {
+    let config = config(&b, json!({"on_bad_row": "reject", "max_rejected_rows": 3}));
+    let p = pipeline(&b, config.clone());
+    let csv = format!("{HEADER}{ROW}2,b,x,2.00,2024-03-02T00:00:00Z\n{Q3}\n4,d\n{Q5}\n");
+    let jsonl = concat!(
+        r#"{"order_id":1,"customer":"a","quantity":1,"amount":"1.00","ordered_at":"2024-03-01T00:00:00Z"}"#,
+        "\n[\"not\",\"an object\"]\n",
+        r#"{"order_id":2,"quantity":2.5}"#,
+        "\n",
+        r#"{"order_id":3,"customer":"c","quantity":3,"amount":"3.00"}"#,
+        "\n",
+    );
+    let too_bad = format!("{HEADER}x\ny\n{ROW}z\nw\n");
+    b.upload("in/mixed.csv", &csv).await;
+    b.upload("json/mixed.jsonl", jsonl).await;
+    b.upload("in/too-bad.csv", &too_bad).await;
+    let batch = sqs(vec![
+        ("csv", direct(vec![notification(&b, "in/mixed.csv").await])),
+        (
+            "too-bad",
+            direct(vec![notification(&b, "in/too-bad.csv").await]),
+        ),
+        (
+            "json",
+            direct(vec![notification(&b, "json/mixed.jsonl").await]),
+        ),
+    ]);
+    let r = invoke(&b, &p, &batch).await;
+    assert_eq!(r.retry_messages, ["too-bad"], "{r:?}");
+    assert_eq!((r.summary.processed, r.summary.rows), (2, 5), "{r:?}");
+    let too_bad_error = format!(
+        "s3://{}/in/too-bad.csv: more than 3 bad rows (max_rejected_rows); the last: line 6: expected 5 fields, got 1",
+        b.landing
+    );
+    assert_eq!(r.errors, std::slice::from_ref(&too_bad_error));
+    let r = invoke(&b, &p, &batch).await;
+    assert_eq!(r.summary.quarantined, 1, "{r:?}");
+    let rec = record(&b, "orders", "in/too-bad.csv").await;
+    assert_eq!(rec.status, Status::Quarantined);
+    assert_eq!(rec.last_error.as_deref(), Some(too_bad_error.as_str()));
+    assert!(!lake_has(&b, "orders/_rejects/too-bad.csv.jsonl").await);
+    assert!(!lake_has(&b, "orders/too-bad.csv.parquet").await);
+
+    // The ledger: good rows and their sums, the rejected count, the rejects file.
+    let rec = record(&b, "orders", "in/mixed.csv").await;
+    let c = rec.committed.as_ref().expect("committed");
+    assert_eq!((rec.status, c.rows, c.rejected), (Status::Done, 3, 2));
+    assert_eq!(c.sums["quantity"], "9");
+    assert_eq!(c.sums["amount"], "9.00");
+    let rejects = c.rejects.as_ref().expect("a rejects file");
+    assert_eq!(rejects.key, "orders/_rejects/mixed.csv.jsonl");
+    let version = match &c.target {
+        tidemark::model::Target::Version(v) => v.version.clone(),
+        t => panic!("{t:?}"),
+    };
+    // The lake: exactly the good rows.
+    let out = b.lake_objects("orders/mixed.csv.parquet").await;
+    let totals = parquet_totals(out["orders/mixed.csv.parquet"].clone());
+    assert_eq!(
+        (
+            totals.rows,
+            totals.order_ids,
+            totals.quantity,
+            totals.amount_cents
+        ),
+        (3, 9, 9, 900)
+    );
+    // The rejects file: object, version, line, column, error, record.
+    let lines = rejects_file(&b, &rejects.key).await;
+    assert_eq!(
+        lines,
+        [
+            json!({"bucket": b.landing, "key": "in/mixed.csv", "version": version, "line": 3,
+                   "column": "quantity", "error": "line 3: column \"quantity\": cannot parse \"x\" as int32",
+                   "record": "2,b,x,2.00,2024-03-02T00:00:00Z"}),
+            json!({"bucket": b.landing, "key": "in/mixed.csv", "version": version, "line": 5,
+                   "column": null, "error": "line 5: expected 5 fields, got 2", "record": "4,d"}),
+        ]
+    );
+    let rec = record(&b, "orders_json", "json/mixed.jsonl").await;
+    let c = rec.committed.as_ref().expect("committed");
+    assert_eq!(
+        (c.rows, c.rejected, c.sums["quantity"].as_str()),
+        (2, 2, "4")
+    );
+    let lines = rejects_file(&b, "orders_json/_rejects/mixed.jsonl.jsonl").await;
+    let errors: Vec<&str> = lines.iter().map(|l| l["error"].as_str().unwrap()).collect();
+    assert_eq!(
+        errors,
+        [
+            "line 2: not a JSON object: expected { got [\"not\", \"an object\"]",
+            "line 3: column \"quantity\": cannot parse 2.5 as int32: it is not a whole number",
+        ]
+    );
+
+    // Reconcile counts the rejected rows (and checks each object's count against a recount).
+    let window = reconcile::Window {
+        from_ms: 0,
+        to_ms: b.clock.now_ms() + 86_400_000,
+    };
+    let opts = reconcile::Options {
+        repair: false,
+        recount: true,
+        stop_at_ms: i64::MAX,
+        max_objects: None,
+        start_after: None,
+    };
+    let orders = config.source("orders").unwrap();
+    let report = reconcile::reconcile_source(&p, orders, window, opts.clone(), &b.ctx("rec"))
+        .await
+        .unwrap();
+    assert_eq!(report.rejected_rows, 2);
+    assert!(report.mismatches.is_empty(), "{:?}", report.mismatches);
+    let kinds: Vec<_> = report
+        .findings
+        .iter()
+        .map(|f| (f.kind, f.key.as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [(reconcile::FindingKind::Quarantined, "in/too-bad.csv")]
+    );
+    let all = reconcile::Report {
+        run_id: "rec".into(),
+        generated_at: 0,
+        sources: vec![report],
+    };
+    let metrics = all.metric_lines().join("\n");
+    assert!(metrics.contains("\"RejectedRows\":2"), "{metrics}");
+    assert!(all.to_html().contains("2 rows rejected"));
+
+    // A rejects file that went missing is a mismatch naming it.
+    b.store.delete(&b.lake, &rejects.key, None).await.unwrap();
+    let report = reconcile::reconcile_source(&p, orders, window, opts.clone(), &b.ctx("rec"))
+        .await
+        .unwrap();
+    let found: Vec<_> = report
+        .mismatches
+        .iter()
+        .map(|m| (m.kind, m.key.as_str(), m.measure.clone(), m.found.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [(
+            reconcile::MismatchKind::OutputMissing,
+            "in/mixed.csv",
+            format!("s3://{}/orders/_rejects/mixed.csv.jsonl", b.lake),
+            "no such object"
+        )]
+    );
+
+    // A clean overwrite: all rows land, no rejects file is left.
+    b.upload("in/mixed.csv", format!("{HEADER}{ROW}{Q3}\n"))
+        .await;
+    let r = invoke(
+        &b,
+        &p,
+        &direct(vec![notification(&b, "in/mixed.csv").await]),
+    )
+    .await;
+    assert_eq!((r.summary.processed, r.summary.rows), (1, 2), "{r:?}");
+    let rec = record(&b, "orders", "in/mixed.csv").await;
+    let c = rec.committed.as_ref().unwrap();
+    assert_eq!((c.rows, c.rejected, c.rejects.is_none()), (2, 0, true));
+    // (The rejects file was deleted by hand above; write one again to see it go.)
+    b.upload("in/mixed.csv", &csv).await;
+    invoke(
+        &b,
+        &p,
+        &direct(vec![notification(&b, "in/mixed.csv").await]),
+    )
+    .await;
+    assert!(lake_has(&b, "orders/_rejects/mixed.csv.jsonl").await);
+    b.upload("in/mixed.csv", format!("{HEADER}{ROW}{Q3}\n"))
+        .await;
+    invoke(
+        &b,
+        &p,
+        &direct(vec![notification(&b, "in/mixed.csv").await]),
+    )
+    .await;
+    assert!(!lake_has(&b, "orders/_rejects/mixed.csv.jsonl").await);
+
+    // A delete removes the output and the rejects file.
+    b.upload("in/mixed.csv", &csv).await;
+    invoke(
+        &b,
+        &p,
+        &direct(vec![notification(&b, "in/mixed.csv").await]),
+    )
+    .await;
+    assert!(lake_has(&b, "orders/_rejects/mixed.csv.jsonl").await);
+    b.store
+        .delete(&b.landing, "in/mixed.csv", None)
+        .await
+        .unwrap();
+    let seq = format!("{:018X}", SEQUENCER.fetch_add(1, Ordering::SeqCst));
+    let removed = json!({
+        "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "us-east-1",
+        "eventTime": "2026-11-29T12:00:00.000Z", "eventName": "ObjectRemoved:Delete",
+        "s3": {"s3SchemaVersion": "1.0", "configurationId": "tidemark",
+               "bucket": {"name": b.landing, "arn": format!("arn:aws:s3:::{}", b.landing)},
+               "object": {"key": "in/mixed.csv", "sequencer": seq}}
+    });
+    let r = invoke(&b, &p, &direct(vec![removed])).await;
+    assert!(r.errors.is_empty(), "{r:?}");
+    assert_eq!(
+        record(&b, "orders", "in/mixed.csv").await.status,
+        Status::Deleted
+    );
+    assert!(!lake_has(&b, "orders/_rejects/mixed.csv.jsonl").await);
+    assert!(!lake_has(&b, "orders/mixed.csv.parquet").await);
+}
+
+/// Stops the worker once at `step` for every key: as if its process died there.
+struct DieAt(tidemark::process::Step, std::sync::Mutex<bool>);
+
+impl tidemark::process::Faults for DieAt {
+    fn check(&self, step: tidemark::process::Step, _: &str) -> tidemark::error::Result<()> {
+        let mut fired = self.1.lock().unwrap();
+        if step == self.0 && !*fired {
+            *fired = true;
+            return Err(tidemark::error::ProcessError::Crashed(step.as_str()));
+        }
+        Ok(())
+    }
+}
+
+/// Under `on_bad_row: reject`, a worker dying after the output and rejects file are
+/// written, or just before the commit, leaves (after a retry) the rejects file of the
+/// version committed and nothing else: on an overwrite with other bad rows, and on one with
+/// none.
+async fn a_crash_leaves_the_rejects_file_of_the_committed_version_only(b: Backends) {
+    use tidemark::process::Step;
+    let config = config(&b, json!({"on_bad_row": "reject"}));
+    let p = pipeline(&b, config.clone());
+    let v1 = format!("{HEADER}{ROW}2,b,x,2.00,2024-03-02T00:00:00Z\n");
+    let v2 = format!("{HEADER}{ROW}y\n{Q3}\nz,z\n");
+    let clean = format!("{HEADER}{ROW}{Q5}\n");
+    for (n, step) in [Step::AfterOutputPut, Step::BeforeCommit]
+        .into_iter()
+        .enumerate()
+    {
+        let key = format!("in/crash-{n}.csv");
+        let rejects_key = format!("orders/_rejects/crash-{n}.csv.jsonl");
+        b.upload(&key, &v1).await;
+        invoke(&b, &p, &direct(vec![notification(&b, &key).await])).await;
+        assert_eq!(rejects_file(&b, &rejects_key).await.len(), 1);
+        for (body, rows, rejected) in [(&v2, 2, 2), (&clean, 2, 0)] {
+            b.upload(&key, body).await;
+            let event = direct(vec![notification(&b, &key).await]);
+            let mut dying = pipeline(&b, config.clone());
+            dying.faults = Arc::new(DieAt(step, std::sync::Mutex::new(false)));
+            let r = invoke(&b, &dying, &event).await;
+            assert_eq!(r.summary.failed, 1, "{step:?}: {r:?}");
+            b.clock.advance(LEASE_MARGIN_MS + 1);
+            let r = invoke(&b, &p, &event).await;
+            assert_eq!(
+                (r.summary.processed, r.summary.rows),
+                (1, rows),
+                "{step:?}: {r:?}"
+            );
+            let rec = record(&b, "orders", &key).await;
+            let c = rec.committed.as_ref().unwrap();
+            assert_eq!((c.rows, c.rejected), (rows, rejected), "{step:?}");
+            match &c.rejects {
+                Some(o) => {
+                    let lines = rejects_file(&b, &o.key).await;
+                    let at: Vec<_> = lines.iter().map(|l| l["line"].as_u64().unwrap()).collect();
+                    assert_eq!(at, [3, 5], "{step:?}: the new version's rows");
+                    let head = b.store.head(&b.lake, &o.key).await.unwrap().unwrap();
+                    assert_eq!(head.etag, o.etag, "the ledger names the file as it is");
+                }
+                None => assert!(
+                    !lake_has(&b, &rejects_key).await,
+                    "{step:?}: no rejects left"
+                ),
+            }
+        }
+    }
+}
+
 tidemark_tests::on_both!(
     csv_wrong_field_count,
     csv_text_after_a_closing_quote,
@@ -880,4 +1195,6 @@ tidemark_tests::on_both!(
     keys_with_every_awkward_character_are_processed,
     events_no_source_claims_are_acknowledged_as_unrouted,
     manual_payloads_with_unknown_fields_are_refused,
+    bad_rows_go_to_the_rejects_file_under_policy_reject,
+    a_crash_leaves_the_rejects_file_of_the_committed_version_only,
 );

@@ -12,7 +12,7 @@
 //! | `source_id`, `key` | S | the source and the decoded S3 key |
 //! | `status`       | S    | claimed / done / deleted / pending / failed / quarantined / released |
 //! | `rev`          | N    | revision; every write is conditional on it (`attribute_not_exists(pk)` to create) |
-//! | `committed`    | M    | the committed version (`target`), `rows`, `sums` (exact decimal strings), `outputs` (bucket, key, etag), `config_fp`, `committed_at`, `run_id` |
+//! | `committed`    | M    | the committed version (`target`), `rows`, `sums` (exact decimal strings), `outputs` (bucket, key, etag), `rejected` and `rejects` (bad rows set aside and their file, when any), `config_fp`, `committed_at`, `run_id` |
 //! | `claim`        | M    | `token`, `target`, `lease_until` (ms), `claimed_at`, `run_id` |
 //! | `pending`      | M    | newest known target not yet committed ("superseded by", or the failing version) |
 //! | `attempts`     | N    | failed attempts of the pending / claimed target |

@@ -516,6 +516,8 @@ mod tests {
                 rows: 42,
                 sums: Default::default(),
                 outputs: vec![],
+                rejected: 0,
+                rejects: None,
                 config_fp: "fp".into(),
                 committed_at: 5,
                 run_id: "run".into(),

@@ -391,6 +391,8 @@ impl Pipeline {
             rows: previous.map_or(0, |c| c.rows) + stats.rows,
             sums,
             outputs,
+            rejected: 0,
+            rejects: None,
             config_fp: source.fingerprint.clone(),
             committed_at: now,
             run_id: ctx.run_id.clone(),

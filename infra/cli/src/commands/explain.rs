@@ -120,6 +120,15 @@ pub fn describe(r: &Record, max_attempts: u32) -> String {
                 o.bucket, o.key, o.etag
             );
         }
+        if c.rejected > 0 || c.rejects.is_some() {
+            out += &format!("  rejected: {} rows\n", c.rejected);
+        }
+        if let Some(o) = &c.rejects {
+            out += &format!(
+                "  rejects:  s3://{}/{} (etag {})\n",
+                o.bucket, o.key, o.etag
+            );
+        }
         out += &format!(
             "  config:   {} (output schema version {})\n",
             c.config_fp,

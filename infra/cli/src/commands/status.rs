@@ -63,6 +63,14 @@ pub struct SourceStatus {
     /// A source with bookmark keys: its mark and row counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bookmark: Option<BookmarkStatus>,
+    /// Rows set aside by the committed versions (`on_bad_row: reject`; not in `totals`).
+    pub rejected_rows: u64,
+    /// Committed versions with a rejects file.
+    pub objects_with_rejects: u64,
+    /// Where the rejects files are: `s3://<output bucket>/<output prefix>_rejects/`, for a
+    /// source with `on_bad_row: reject`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rejects_at: Option<String>,
 }
 
 /// The row-level bookmark of a source, from its lock record.
@@ -103,6 +111,7 @@ pub fn summarize(
     let mut stuck = 0;
     let mut last_commit: Option<i64> = None;
     let mut oldest: Option<&Record> = None;
+    let (mut rejected_rows, mut objects_with_rejects) = (0, 0);
     for r in records {
         *objects.entry(r.status.as_str()).or_default() += 1;
         if r.claim.as_ref().is_some_and(|c| c.lease_until <= now) {
@@ -110,6 +119,8 @@ pub fn summarize(
         }
         if let Some(c) = &r.committed {
             last_commit = last_commit.max(Some(c.committed_at));
+            rejected_rows += c.rejected;
+            objects_with_rejects += u64::from(c.rejected > 0);
         }
         if matches!(r.status, Status::Pending | Status::Failed)
             && oldest.is_none_or(|o| r.updated_at < o.updated_at)
@@ -132,6 +143,14 @@ pub fn summarize(
             lag_ms: now - r.updated_at,
         }),
         bookmark: None,
+        rejected_rows,
+        objects_with_rejects,
+        rejects_at: (source.doc.on_bad_row == tidemark::config::OnBadRow::Reject).then(|| {
+            format!(
+                "s3://{}/{}_rejects/",
+                source.doc.output.bucket, source.doc.output.prefix
+            )
+        }),
     })
 }
 
@@ -266,6 +285,18 @@ pub fn print_status(
         write!(out, "{}", sums.render())?;
     }
     for s in statuses {
+        if s.rejects_at.is_some() || s.rejected_rows > 0 {
+            writeln!(
+                out,
+                "{}: {} rows rejected in {} objects (bad rows, not in ROWS){}",
+                s.source_id,
+                s.rejected_rows,
+                s.objects_with_rejects,
+                s.rejects_at
+                    .as_ref()
+                    .map_or(String::new(), |at| format!("; rejects files under {at}")),
+            )?;
+        }
         if let Some(b) = &s.bookmark {
             let mark = b.mark.as_ref().map_or("-".to_string(), |m| {
                 b.keys

@@ -194,16 +194,25 @@ async fn delete_outputs(
     n
 }
 
-/// The outputs of `r` that a replay of its object would not overwrite.
+/// The outputs (and rejects file) of `r` that a replay of its object would not overwrite.
 fn off_key_outputs(source: &Source, r: &Record) -> Vec<OutputRef> {
-    let own = (&source.doc.output.bucket, source.output_key(&r.key));
+    let own = own_keys(source, &r.key);
     r.committed
         .iter()
         .filter(|c| matches!(c.target, Target::Version(_)))
-        .flat_map(|c| &c.outputs)
-        .filter(|o| (&o.bucket, &o.key) != (own.0, &own.1))
+        .flat_map(|c| c.files())
+        .filter(|o| o.bucket != source.doc.output.bucket || !own.contains(&o.key))
         .cloned()
         .collect()
+}
+
+/// The output keys that processing `key` writes (or removes), in the output bucket.
+fn own_keys(source: &Source, key: &str) -> Vec<String> {
+    let mut keys = vec![source.output_key(key)];
+    if source.doc.on_bad_row == tidemark::config::OnBadRow::Reject {
+        keys.push(source.rejects_key(key));
+    }
+    keys
 }
 
 /// `rewind --to TIME`: forget every record committed at or after TIME.
@@ -272,8 +281,10 @@ pub async fn reset(backend: &Backend, args: &ResetArgs) -> Result<ChangeReport, 
             if args.purge_outputs {
                 let out_bucket = &source.doc.output.bucket;
                 for r in &forgotten {
-                    outputs.insert((out_bucket.clone(), source.output_key(&r.key)));
-                    for o in r.committed.iter().flat_map(|c| &c.outputs) {
+                    for own in own_keys(source, &r.key) {
+                        outputs.insert((out_bucket.clone(), own));
+                    }
+                    for o in r.committed.iter().flat_map(|c| c.files()) {
                         outputs.insert((o.bucket.clone(), o.key.clone()));
                     }
                 }
@@ -288,7 +299,9 @@ pub async fn reset(backend: &Backend, args: &ResetArgs) -> Result<ChangeReport, 
                 .await?;
                 let busy: BTreeSet<&String> = change.in_flight.iter().collect();
                 for o in listed.iter().filter(|o| !busy.contains(&o.key)) {
-                    outputs.insert((out_bucket.clone(), source.output_key(&o.key)));
+                    for own in own_keys(source, &o.key) {
+                        outputs.insert((out_bucket.clone(), own));
+                    }
                 }
             } else {
                 outputs.extend(

@@ -154,7 +154,10 @@ impl<R: BufRead> CsvBatches<R> {
             batches.fresh = true;
             match filled {
                 Ok(()) => {}
-                Err(Fill::Arrow(e)) => return Err(batches.field_count_error(0, "header: ", e)),
+                Err(Fill::Arrow(e)) => {
+                    let line = batches.record_line(0);
+                    return Err(batches.field_count_error(line, "header: ", e));
+                }
                 Err(Fill::Malformed(_, e)) => return Err(e),
             }
         }
@@ -278,9 +281,9 @@ impl<R: BufRead> CsvBatches<R> {
     }
 
     /// Reads `e` as arrow-csv's "incorrect number of fields" complaint about the record
-    /// at `offset` of `raw`.
-    fn field_count_error(&self, offset: usize, prefix: &str, e: ArrowError) -> ConvertError {
-        let line = Some(self.record_line(offset));
+    /// starting at `line`.
+    fn field_count_error(&self, line: u64, prefix: &str, e: ArrowError) -> ConvertError {
+        let line = Some(line);
         let message = match e {
             ArrowError::IoError(_, e) => return e.into(),
             e => arrow_message(e),
@@ -371,25 +374,33 @@ impl<R: BufRead> CsvBatches<R> {
     /// The first record in `raw[..end]` that does not decode, and where and why.
     fn first_error(&self, end: usize) -> Option<ConvertError> {
         let mut offset = 0;
+        let mut line = self.line;
         while offset < end {
-            match self.check_record(offset, end) {
+            let blank = self.raw[offset..end]
+                .iter()
+                .take_while(|b| matches!(b, b'\r' | b'\n'))
+                .count();
+            line += newlines(&self.raw[offset..offset + blank]);
+            match self.check_record(offset, end, line + 1) {
                 Ok(0) => break,
-                Ok(span) => offset += span,
+                Ok(span) => {
+                    line += newlines(&self.raw[offset + blank..offset + span]);
+                    offset += span;
+                }
                 Err(e) => return Some(e),
             }
         }
         None
     }
 
-    /// The record at `offset` of `raw[..end]`: how many bytes it spans (0: there is none),
-    /// or where and why it does not decode.
-    fn check_record(&self, offset: usize, end: usize) -> Result<usize, ConvertError> {
-        let line = self.record_line(offset);
+    /// The record at `offset` of `raw[..end]`, starting on `line`: how many bytes it spans
+    /// (0: there is none), or where and why it does not decode.
+    fn check_record(&self, offset: usize, end: usize, line: u64) -> Result<usize, ConvertError> {
         let rest = &self.raw[offset..end];
         let mut decoder = self.single(self.text_schema.clone());
-        let span = feed(&mut decoder, rest).map_err(|e| self.field_count_error(offset, "", e))?;
+        let span = feed(&mut decoder, rest).map_err(|e| self.field_count_error(line, "", e))?;
         if let Err(e) = std::str::from_utf8(&rest[..span]) {
-            return Err(self.invalid_utf8(offset, e.valid_up_to()));
+            return Err(self.invalid_utf8(offset, e.valid_up_to(), line));
         }
         let text = match decoder.flush() {
             Ok(Some(text)) if span > 0 => text,
@@ -453,70 +464,107 @@ impl<R: BufRead> CsvBatches<R> {
         Ok(())
     }
 
-    /// Policy reject: each record of `raw` on its own, the bad ones set aside, the good
-    /// ones decoded together into one batch (of no rows if none is good). The decoder
-    /// starts afresh for the next batch.
+    /// Policy reject: the records of `raw` sorted into bad ones, set aside, and good ones,
+    /// returned as one batch (of no rows if none is good). Ranges of records are decoded
+    /// together and halved while they fail, so that a batch with a few bad records costs a
+    /// few decodes of it, not one per record. The decoder starts afresh for the next batch.
     fn sort_records(&mut self) -> Result<RecordBatch, ConvertError> {
         self.decoder = builder(&self.options, self.read_schema.clone())
             .with_batch_size(self.batch_rows)
             .build_decoder();
         self.fresh = true;
+        // Each record: its bytes in `raw` and the line it starts on.
         let end = self.raw.len();
-        let mut good = Vec::new();
-        let mut count = 0;
-        let mut offset = 0;
+        let mut records = Vec::new();
+        let (mut offset, mut line) = (0, self.line);
         while offset < end {
             let extent = self.record_extent(offset, end);
-            let record = offset..offset + extent;
-            offset += extent;
-            if self.raw[record.clone()]
+            let bytes = &self.raw[offset..offset + extent];
+            let blank = bytes
                 .iter()
-                .all(|b| matches!(b, b'\r' | b'\n'))
-            {
-                continue;
+                .take_while(|b| matches!(b, b'\r' | b'\n'))
+                .count();
+            if blank < extent {
+                let starts = line + newlines(&bytes[..blank]) + 1;
+                records.push((offset..offset + extent, starts));
             }
-            match self.check_record(record.start, record.end) {
-                Ok(_) => {
-                    good.extend_from_slice(&self.raw[record]);
-                    if !good.ends_with(b"\n") && !good.ends_with(b"\r") {
-                        good.push(b'\n');
-                    }
-                    count += 1;
-                }
-                Err(e) => {
-                    let bytes = &self.raw[record];
-                    self.rejects.reject(e, bytes)?;
-                }
-            }
+            line += newlines(bytes);
+            offset += extent;
         }
-        let mut decoder = builder(&self.options, self.read_schema.clone())
-            .with_batch_size(count.max(1))
-            .build_decoder();
-        let parsed = decode(&mut decoder, &mut true, &good)
-            .and_then(|_| decoder.decode(&[]))
-            .and_then(|_| decoder.flush());
-        let batch = match parsed {
-            Ok(Some(batch)) if batch.num_rows() == count => batch,
-            Ok(None) if count == 0 => RecordBatch::new_empty(self.read_schema.clone()),
-            _ => {
-                let message = "internal error: records that decode alone do not decode together";
-                return Err(ConvertError::parse(None, None, message));
-            }
+        let mut pieces = Vec::new();
+        self.sort_range(&records, &mut pieces)?;
+        arrow_select::concat::concat_batches(&self.decode_schema, &pieces)
+            .map_err(|e| ConvertError::parse(None, None, arrow_message(e)))
+    }
+
+    /// [`Self::sort_records`] of `records`: good ranges pushed to `pieces` in order.
+    fn sort_range(
+        &mut self,
+        records: &[(std::ops::Range<usize>, u64)],
+        pieces: &mut Vec<RecordBatch>,
+    ) -> Result<(), ConvertError> {
+        let (Some(first), Some(last)) = (records.first(), records.last()) else {
+            return Ok(());
         };
-        let batch = self.read_exact(batch).ok_or_else(|| {
-            ConvertError::parse(None, None, "internal error: a checked value does not read")
-        })?;
-        self.fill_empty_strings(batch)
+        if let Some(batch) = self.decode_range(first.0.start..last.0.end, records) {
+            pieces.push(batch);
+            return Ok(());
+        }
+        if let [(range, line)] = records {
+            return match self.check_record(range.start, range.end, *line) {
+                Err(e) => self.rejects.reject(e, &self.raw[range.clone()]),
+                Ok(_) => {
+                    let message =
+                        "internal error: a record that does not decode passes every check";
+                    Err(ConvertError::parse(Some(*line), None, message))
+                }
+            };
+        }
+        let (head, tail) = records.split_at(records.len() / 2);
+        self.sort_range(head, pieces)?;
+        self.sort_range(tail, pieces)
+    }
+
+    /// The `records` spanning `range` of `raw` as one checked batch, or `None` if one of
+    /// them does not decode.
+    fn decode_range(
+        &self,
+        range: std::ops::Range<usize>,
+        records: &[(std::ops::Range<usize>, u64)],
+    ) -> Option<RecordBatch> {
+        let bytes = &self.raw[range];
+        std::str::from_utf8(bytes).ok()?;
+        let mut decoder = builder(&self.options, self.read_schema.clone())
+            .with_batch_size(records.len())
+            .build_decoder();
+        decode(&mut decoder, &mut true, bytes).ok()?;
+        decoder.decode(&[]).ok()?;
+        let batch = decoder.flush().ok()??;
+        if batch.num_rows() != records.len() {
+            return None;
+        }
+        let batch = self.read_exact(batch)?;
+        // An infinity may stand for an overflow, which only the record's own check tells.
+        if has_infinity(&batch)
+            && records
+                .iter()
+                .any(|(r, line)| self.check_record(r.start, r.end, *line).is_err())
+        {
+            return None;
+        }
+        let batch = self.fill_empty_strings(batch).ok()?;
+        null_violation(&batch, &self.schema)
+            .is_none()
+            .then_some(batch)
     }
 
     /// Invalid UTF-8 `at` bytes into the record at `offset` of `raw`, in the column the
     /// scan finds there.
-    fn invalid_utf8(&self, offset: usize, at: usize) -> ConvertError {
+    fn invalid_utf8(&self, offset: usize, at: usize, line: u64) -> ConvertError {
         let mut scan = Scan::default();
         let bytes = &self.raw[offset..offset + at];
         scan.run(&self.options, usize::MAX, bytes, offset, usize::MAX);
         let column = self.schema.fields().get(scan.field);
-        let line = self.record_line(offset);
         ConvertError::parse(
             Some(line),
             column.map(|f| f.name().as_str()),

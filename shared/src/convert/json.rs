@@ -134,22 +134,29 @@ impl<R: BufRead> JsonBatches<R> {
                 .decode(text)
                 .map_err(|e| ConvertError::parse(Some(self.line), None, arrow_message(e)));
             let error = match taken {
-                Err(e) => Some(e),
                 Ok(taken)
-                    if taken != text.len()
-                        || self.decoder.has_partial_record()
-                        || self.decoder.len() != before + 1 =>
+                    if taken == text.len()
+                        && !self.decoder.has_partial_record()
+                        && self.decoder.len() == before + 1 =>
                 {
-                    let message = "expected exactly one JSON value on the line";
-                    Some(ConvertError::parse(Some(self.line), None, message))
+                    None
                 }
-                Ok(_) => None,
+                // What the decoder says depends on how many rows it may still take: ask
+                // one that takes one row, so that the error does not depend on batching.
+                failed => Some(
+                    line_error(&self.decode_schema, self.line, text)
+                        .unwrap_or_else(|| failed.err().unwrap_or_else(|| one_value(self.line))),
+                ),
             };
             if let Some(error) = error {
                 self.set_aside(start, error)?;
-                // The decoder may hold part of the line: start it again with the others.
+                // The decoder may hold part of the line: start it again with the others,
+                // and close the batch there, so that no line is fed again twice.
                 self.refeed()?;
-                continue;
+                if self.rows.is_empty() {
+                    continue;
+                }
+                break;
             }
             self.rows.push((self.line, start..self.buf.len()));
         }
@@ -181,23 +188,68 @@ impl<R: BufRead> JsonBatches<R> {
         Ok(())
     }
 
-    /// Policy reject, once the batch failed: the lines that fail on their own (`bad`, and
-    /// those found by decoding each alone when `bad` is empty) are set aside, and the batch
-    /// decoded again from the others.
-    fn sort_lines(
+    /// Policy reject, once the batch failed to decode: its lines sorted into bad ones, set
+    /// aside, and good ones, returned as one batch (`rows` left holding the good ones).
+    /// Ranges of lines are decoded together and halved while they fail, so that a batch
+    /// with a few bad lines costs a few decodes of it, not one per line.
+    fn sort_lines(&mut self) -> Result<RecordBatch, ConvertError> {
+        let rows = std::mem::take(&mut self.rows);
+        let (mut pieces, mut good) = (Vec::new(), Vec::new());
+        self.sort_range(&rows, &mut pieces, &mut good)?;
+        self.rows = good;
+        self.decoder = decoder(&self.decode_schema, self.batch_rows)
+            .map_err(|e| ConvertError::invalid_spec(arrow_message(e)))?;
+        arrow_select::concat::concat_batches(&self.decode_schema, &pieces)
+            .map_err(|e| ConvertError::parse(None, None, arrow_message(e)))
+    }
+
+    /// [`Self::sort_lines`] of `rows`: good ranges pushed to `pieces` and their lines to
+    /// `good`, in order.
+    fn sort_range(
         &mut self,
-        mut bad: Vec<(usize, ConvertError)>,
-    ) -> Result<RecordBatch, ConvertError> {
-        if bad.is_empty() {
-            bad = (0..self.rows.len())
-                .filter_map(|i| {
-                    let (line, range) = &self.rows[i];
-                    let bytes = &self.buf[range.clone()];
-                    let e = decode_line(&self.decode_schema, bytes).err()?;
-                    Some((i, self.diagnose(*line, bytes, e)))
-                })
-                .collect();
+        rows: &[(u64, Range<usize>)],
+        pieces: &mut Vec<RecordBatch>,
+        good: &mut Vec<(u64, Range<usize>)>,
+    ) -> Result<(), ConvertError> {
+        if rows.is_empty() {
+            return Ok(());
         }
+        if let Some(batch) = self.decode_rows(rows) {
+            pieces.push(batch);
+            good.extend(rows.iter().cloned());
+            return Ok(());
+        }
+        if let [(line, range)] = rows {
+            let bytes = &self.buf[range.clone()];
+            let error = match decode_line(&self.decode_schema, bytes) {
+                Err(e) => self.diagnose(*line, bytes, e),
+                Ok(()) => {
+                    let message = "internal error: a line that decodes alone fails in a batch";
+                    ConvertError::parse(Some(*line), None, message)
+                }
+            };
+            return self.rejects.reject(error, &self.buf[range.clone()]);
+        }
+        let (head, tail) = rows.split_at(rows.len() / 2);
+        self.sort_range(head, pieces, good)?;
+        self.sort_range(tail, pieces, good)
+    }
+
+    /// `rows` decoded together, or `None` if one of them fails.
+    fn decode_rows(&self, rows: &[(u64, Range<usize>)]) -> Option<RecordBatch> {
+        let mut decoder = decoder(&self.decode_schema, rows.len()).ok()?;
+        for (_, range) in rows {
+            decoder.decode(&self.buf[range.clone()]).ok()?;
+        }
+        decoder.flush().ok()?
+    }
+
+    /// Policy reject: the rows `bad` (indexes into `rows`, in order, with their errors) set
+    /// aside, and the others decoded again as the batch.
+    fn set_rows_aside(
+        &mut self,
+        bad: Vec<(usize, ConvertError)>,
+    ) -> Result<RecordBatch, ConvertError> {
         let mut rows = std::mem::take(&mut self.rows);
         for (i, error) in bad.into_iter().rev() {
             let (_, range) = rows.remove(i);
@@ -205,12 +257,11 @@ impl<R: BufRead> JsonBatches<R> {
         }
         self.rows = rows;
         self.refeed()?;
-        let batch = match self.decoder.flush() {
-            Ok(Some(batch)) => batch,
-            Ok(None) => RecordBatch::new_empty(self.decode_schema.clone()),
-            Err(e) => return Err(self.locate(e)),
-        };
-        Ok(batch)
+        match self.decoder.flush() {
+            Ok(Some(batch)) => Ok(batch),
+            Ok(None) => Ok(RecordBatch::new_empty(self.decode_schema.clone())),
+            Err(e) => Err(self.locate(e)),
+        }
     }
 
     /// Policy reject: the rows of `batch` holding a NULL where the schema forbids one are
@@ -228,7 +279,7 @@ impl<R: BufRead> JsonBatches<R> {
         if bad.is_empty() {
             return Ok(batch);
         }
-        let batch = self.sort_lines(bad)?;
+        let batch = self.set_rows_aside(bad)?;
         match null_violation(&batch, &self.schema) {
             None => Ok(batch),
             Some(_) => {
@@ -283,7 +334,7 @@ impl<R: BufRead> Batches for JsonBatches<R> {
             Ok(None) if self.end => return Ok(None),
             Ok(None) => return Ok(Some(RecordBatch::new_empty(self.decode_schema.clone()))),
             Err(_) if self.rejects.rejects() => {
-                let batch = self.sort_lines(Vec::new())?;
+                let batch = self.sort_lines()?;
                 return self.reject_nulls(batch).map(Some);
             }
             Err(e) => return Err(self.locate(e)),
@@ -303,6 +354,29 @@ impl<R: BufRead> Batches for JsonBatches<R> {
     fn take_rejects(&mut self) -> Vec<super::Rejected> {
         self.rejects.take()
     }
+}
+
+/// The error of JSON line `line` (its `text`, with its newline) decoded on its own by a
+/// decoder of one row: `None` if it decodes.
+fn line_error(schema: &Schema, line: u64, text: &[u8]) -> Option<ConvertError> {
+    let Ok(mut decoder) = decoder(schema, 1) else {
+        return None;
+    };
+    match decoder.decode(text) {
+        Err(e) => Some(ConvertError::parse(Some(line), None, arrow_message(e))),
+        Ok(taken) if taken != text.len() || decoder.has_partial_record() || decoder.len() != 1 => {
+            Some(one_value(line))
+        }
+        Ok(_) => None,
+    }
+}
+
+fn one_value(line: u64) -> ConvertError {
+    ConvertError::parse(
+        Some(line),
+        None,
+        "expected exactly one JSON value on the line",
+    )
 }
 
 /// Reads to the end of the line (or of the input) without keeping what it reads.

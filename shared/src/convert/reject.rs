@@ -299,6 +299,89 @@ mod tests {
     }
 
     #[test]
+    fn many_bad_rows_spread_over_many_batches_are_each_found_once() {
+        // 20,000 rows; CSV: every 7th has a bad `a`, every 13th a field too many; JSON
+        // Lines: every 7th a wrong type, every 11th is invalid JSON, every 13th lacks `a`.
+        let (mut csv, mut jsonl) = ("a,b,c\n".to_string(), String::new());
+        let (mut csv_bad, mut json_bad) = (Vec::new(), Vec::new());
+        let (mut csv_sum, mut json_sum) = (0i64, 0i64);
+        for i in 1..=20_000i64 {
+            let csv_line = i as u64 + 1;
+            if i % 7 == 0 {
+                csv += &format!("x{i},b,1.00\n");
+                csv_bad.push(csv_line);
+            } else if i % 13 == 0 {
+                csv += &format!("{i},b,1.00,extra\n");
+                csv_bad.push(csv_line);
+            } else {
+                csv += &format!("{i},b,1.00\n");
+                csv_sum += i;
+            }
+            let json_line = i as u64;
+            if i % 7 == 0 {
+                jsonl += &format!("{{\"a\":\"x{i}\"}}\n");
+                json_bad.push(json_line);
+            } else if i % 11 == 0 {
+                jsonl += &format!("{{\"a\":{i},\n");
+                json_bad.push(json_line);
+            } else if i % 13 == 0 {
+                jsonl += "{\"b\":\"no a\"}\n";
+                json_bad.push(json_line);
+            } else {
+                jsonl += &format!("{{\"a\":{i}}}\n");
+                json_sum += i;
+            }
+        }
+        for (input, spec, bad, sum) in [
+            (csv, rejecting(csv_spec(ABC), 100_000), csv_bad, csv_sum),
+            (
+                jsonl,
+                rejecting(json_spec(ABC), 100_000),
+                json_bad,
+                json_sum,
+            ),
+        ] {
+            let (stats, _) = run(&input, &spec);
+            let lines: Vec<u64> = stats.rejects.iter().map(|r| r.line.unwrap()).collect();
+            assert_eq!(lines, bad);
+            assert_eq!(stats.rows, 20_000 - bad.len() as u64);
+            assert_eq!(stats.sums["a"].to_string(), sum.to_string());
+        }
+    }
+
+    #[test]
+    fn the_error_of_a_json_line_does_not_depend_on_batching() {
+        // Found by the jsonl fuzz target: a line of several values ending in a broken
+        // escape was "expected exactly one JSON value" fed to a decoder with room for a
+        // few rows, and the escape error fed to one with room for many.
+        let input = b"{\"a\":1,\"b\":\"x\x00Z\"}\n1234-29\",\"1.50\"\\u00";
+        let mut found = Vec::new();
+        for (rows, bytes) in [(3, 1), (8192, 1 << 20)] {
+            let mut spec = rejecting(json_spec(ABC), 7);
+            (spec.batch_rows, spec.batch_bytes) = (rows, bytes);
+            let (stats, _) = run(&input[..], &spec);
+            found.push(described(&stats));
+            let mut fail = spec.clone();
+            fail.bad_rows = BadRows::Fail;
+            found.push(vec![(
+                0,
+                None,
+                convert(&input[..], &fail, Vec::new())
+                    .unwrap_err()
+                    .to_string(),
+                String::new(),
+            )]);
+        }
+        assert_eq!(found[0], found[2]);
+        assert_eq!(found[1], found[3]);
+        assert_eq!(
+            found[0][0].2,
+            "line 2: expected exactly one JSON value on the line"
+        );
+        assert_eq!(found[1][0].2, found[0][0].2);
+    }
+
+    #[test]
     fn json_lines_bad_lines_are_set_aside_and_the_others_converted() {
         let input = [
             &br#"{"a":1,"b":"x","c":"1.00"}"#[..],

@@ -714,7 +714,7 @@ impl<R: BufRead> CsvBatches<R> {
         // records of valid UTF-8 give fields of valid UTF-8.
         if std::str::from_utf8(&self.raw).is_err() {
             let fallback = ConvertError::parse(None, None, "invalid UTF-8");
-            return Err(self.first_error(self.raw.len()).unwrap_or(fallback));
+            return Err(self.diagnosed(fallback));
         }
         let batch = match self.decoder.flush() {
             Ok(Some(batch)) => batch,
@@ -722,26 +722,39 @@ impl<R: BufRead> CsvBatches<R> {
             Err(ArrowError::IoError(_, e)) => return Err(e.into()),
             Err(e) => {
                 let fallback = ConvertError::parse(None, None, arrow_message(e));
-                return Err(self.first_error(self.raw.len()).unwrap_or(fallback));
+                return Err(self.diagnosed(fallback));
             }
         };
         let Some(batch) = self.read_exact(batch) else {
             let fallback = ConvertError::parse(None, None, "a value does not read exactly");
-            return Err(self.first_error(self.raw.len()).unwrap_or(fallback));
+            return Err(self.diagnosed(fallback));
         };
-        if has_infinity(&batch)
-            && let Some(e) = self.first_error(self.raw.len())
-        {
-            return Err(e);
+        if has_infinity(&batch) {
+            // An infinity may stand for an overflow, which only each record's check tells.
+            if self.rejects.rejects() {
+                return Err(ConvertError::parse(None, None, "a float may overflow"));
+            }
+            if let Some(e) = self.first_error(self.raw.len()) {
+                return Err(e);
+            }
         }
         let batch = self.fill_empty_strings(batch)?;
         if let Some((_, column)) = null_violation(&batch, &self.schema) {
             let name = self.schema.field(column).name();
             let fallback =
                 ConvertError::parse(None, Some(name), "missing value in a non-nullable column");
-            return Err(self.first_error(self.raw.len()).unwrap_or(fallback));
+            return Err(self.diagnosed(fallback));
         }
         Ok(Some(batch))
+    }
+
+    /// The error of the batch: that of its first bad record under policy fail; under
+    /// policy reject `fallback` (the caller sorts the records, finding each bad one).
+    fn diagnosed(&self, fallback: ConvertError) -> ConvertError {
+        if self.rejects.rejects() {
+            return fallback;
+        }
+        self.first_error(self.raw.len()).unwrap_or(fallback)
     }
 }
 

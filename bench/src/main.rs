@@ -5,9 +5,14 @@
 //!     Writes the deterministic orders dataset: orders.csv, orders.jsonl, their .gz
 //!     versions, schema.json and expected.json (row count and exact sums, for checking
 //!     every engine's Parquet output).
-//! tidemark-bench convert --format csv|jsonl --compression none|gzip IN OUT
+//! tidemark-bench convert --format csv|jsonl --compression none|gzip [--bad-rows fail|reject] IN OUT
 //!     tidemark's converter (`tidemark::convert::convert`) on IN with the bench schema,
-//!     zstd level 3, Parquet to OUT; prints the stats (rows, exact sums) as JSON.
+//!     zstd level 3, Parquet to OUT; prints the stats (rows, exact sums, rows rejected)
+//!     as JSON. `--bad-rows reject`: the policy `on_bad_row: reject`, with no cap.
+//! tidemark-bench spoil --every N IN OUT
+//!     Copies the (uncompressed) CSV or JSON Lines file IN to OUT with the first digit of
+//!     every Nth data line replaced by `x`: a bad `order_id` in CSV, invalid JSON in JSON
+//!     Lines. For measuring the cost of rejecting rows.
 //! tidemark-bench read --compression none|gzip FILE
 //!     The floor: only read (and decompress) the bytes, through the same 64 KiB buffer
 //!     and gzip decoder (flate2 + zlib-rs) as the converter; prints the byte counts.
@@ -23,7 +28,7 @@ use std::process::ExitCode;
 
 use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
-use tidemark::convert::{Compression, ConvertSpec, CsvOptions, InputFormat, convert};
+use tidemark::convert::{BadRows, Compression, ConvertSpec, CsvOptions, InputFormat, convert};
 use tidemark::schema::{ColumnSpec, arrow_schema};
 
 /// The columns of the orders dataset, shared with the Python engines (bench/schema.json).
@@ -53,7 +58,8 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: tidemark-bench gen --rows N --out DIR
-       tidemark-bench convert --format csv|jsonl --compression none|gzip IN OUT
+       tidemark-bench convert --format csv|jsonl --compression none|gzip [--bad-rows fail|reject] IN OUT
+       tidemark-bench spoil --every N IN OUT
        tidemark-bench read --compression none|gzip FILE
        tidemark-bench --version";
 
@@ -75,9 +81,14 @@ fn run(args: &[String]) -> Result<()> {
             generate(rows, Path::new(required(&opts, "--out")?))
         }
         "convert" => {
-            let (opts, positional) = parse(rest, &["--format", "--compression"])?;
+            let (opts, positional) = parse(rest, &["--format", "--compression", "--bad-rows"])?;
             let [input, output] = positional.as_slice() else {
                 return Err(USAGE.into());
+            };
+            let bad_rows = match opts.iter().rev().find(|(n, _)| *n == "--bad-rows") {
+                None | Some((_, "fail")) => BadRows::Fail,
+                Some((_, "reject")) => BadRows::Reject { max: u64::MAX },
+                Some((_, other)) => return Err(format!("unknown policy {other:?}").into()),
             };
             let format = match required(&opts, "--format")? {
                 "csv" => InputFormat::Csv(CsvOptions::default()),
@@ -85,7 +96,21 @@ fn run(args: &[String]) -> Result<()> {
                 other => return Err(format!("unknown format {other:?}").into()),
             };
             let compression = compression(required(&opts, "--compression")?)?;
-            convert_file(format, compression, Path::new(input), Path::new(output))
+            convert_file(
+                format,
+                compression,
+                bad_rows,
+                Path::new(input),
+                Path::new(output),
+            )
+        }
+        "spoil" => {
+            let (opts, positional) = parse(rest, &["--every"])?;
+            let [input, output] = positional.as_slice() else {
+                return Err(USAGE.into());
+            };
+            let every = required(&opts, "--every")?.parse::<usize>()?;
+            spoil(every.max(1), Path::new(input), Path::new(output))
         }
         "read" => {
             let (opts, positional) = parse(rest, &["--compression"])?;
@@ -149,11 +174,13 @@ fn columns() -> Vec<ColumnSpec> {
 fn convert_file(
     format: InputFormat,
     compression: Compression,
+    bad_rows: BadRows,
     input: &Path,
     output: &Path,
 ) -> Result<()> {
     let mut spec = ConvertSpec::new(format, arrow_schema(&columns()));
     spec.compression = compression;
+    spec.bad_rows = bad_rows;
     spec.sum_columns = SUM_COLUMNS.map(String::from).into();
     spec.max_decoded_bytes = Some(64 << 30);
     spec.zstd_level = 3;
@@ -162,7 +189,31 @@ fn convert_file(
     let mut out = BufWriter::with_capacity(1 << 20, out);
     let stats = convert(input, &spec, &mut out)?;
     out.into_inner().map_err(|e| e.into_error())?.sync_data()?;
-    println!("{}", serde_json::to_string(&stats)?);
+    let mut printed = serde_json::to_value(&stats)?;
+    printed["rejected"] = stats.rejects.len().into();
+    println!("{printed}");
+    Ok(())
+}
+
+/// Copies `input` to `output`, the first digit of every `every`th line after the first
+/// (a CSV header, or a JSON line left clean) replaced by `x`.
+fn spoil(every: usize, input: &Path, output: &Path) -> Result<()> {
+    let text = fs::read(input).map_err(|e| format!("{}: {e}", input.display()))?;
+    let mut out = BufWriter::new(File::create(output)?);
+    let mut spoiled = 0u64;
+    for (i, line) in text.split_inclusive(|&b| b == b'\n').enumerate() {
+        let mut line = line.to_vec();
+        if i > 0
+            && i % every == 0
+            && let Some(d) = line.iter_mut().find(|b| b.is_ascii_digit())
+        {
+            *d = b'x';
+            spoiled += 1;
+        }
+        out.write_all(&line)?;
+    }
+    out.flush()?;
+    println!("{}", serde_json::json!({"spoiled": spoiled}));
     Ok(())
 }
 

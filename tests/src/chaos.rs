@@ -788,10 +788,36 @@ const SOURCES: [(&str, &str, bool, &str); 3] = [
     ("archive", "keep/", false, ".csv.gz"),
 ];
 
+/// Sources (by index into [`SOURCES`]) with `on_bad_row: reject`: some of their versions
+/// hold bad rows, which must end in the version's rejects file and nowhere else.
+const REJECTING: [bool; 3] = [true, true, false];
+
+/// Share of the versions of a rejecting source that hold 1–3 bad rows.
+const BAD_ROW_SHARE: f64 = 0.15;
+
+/// The suites' sources document with `on_bad_row: reject` on the [`REJECTING`] sources.
+fn chaos_config(b: &Backends, max_attempts: u32) -> Arc<Config> {
+    let base = orders_config(&b.landing, &b.lake, max_attempts, None);
+    let mut sources: Vec<Value> = base
+        .sources
+        .iter()
+        .map(|s| serde_json::to_value(&s.doc).expect("source document"))
+        .collect();
+    for (i, source) in sources.iter_mut().enumerate() {
+        if REJECTING[i] {
+            source["on_bad_row"] = "reject".into();
+        }
+    }
+    let doc = json!({ "sources": sources });
+    Arc::new(Config::from_json(&doc.to_string()).expect("chaos config is valid"))
+}
+
 #[derive(Debug, Clone)]
 struct Version {
     ids: std::ops::Range<i64>,
     totals: Totals,
+    /// Bad rows among its lines (rejected, not in `totals`).
+    bad: u64,
     body: Bytes,
     etag: String,
     sequencer: String,
@@ -914,11 +940,28 @@ fn generate(cfg: &ChaosConfig, rng: &mut ChaCha8Rng) -> Vec<Object> {
             let rows = rng.random_range(cfg.rows.0..=cfg.rows.1);
             let first = next_id;
             next_id += rows as i64;
-            let (text, totals) = if jsonl {
+            let (mut text, totals) = if jsonl {
                 orders_jsonl(first, rows)
             } else {
                 orders_csv(first, rows)
             };
+            let mut bad = 0;
+            if REJECTING[source] && rng.random_bool(BAD_ROW_SHARE) {
+                let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+                bad = rng.random_range(1..=3u64);
+                for k in 0..bad {
+                    let line = match (jsonl, k % 2) {
+                        (true, 0) => r#"{"order_id":"x","quantity":1}"#,
+                        (true, _) => r#"{"order_id":7,"quantity":"#,
+                        (false, 0) => "x,bad,1,1.00,2024-03-01T00:00:00Z",
+                        (false, _) => "1,short",
+                    };
+                    // After a CSV header.
+                    let at = rng.random_range(usize::from(!jsonl)..=lines.len());
+                    lines.insert(at, line.to_owned());
+                }
+                text = lines.join("\n") + "\n";
+            }
             let body = if ext.ends_with(".gz") {
                 let mut gz =
                     flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
@@ -932,6 +975,7 @@ fn generate(cfg: &ChaosConfig, rng: &mut ChaCha8Rng) -> Vec<Object> {
             Op::Put(Version {
                 ids: first..next_id,
                 totals,
+                bad,
                 body,
                 etag: String::new(),
                 sequencer,
@@ -1377,6 +1421,16 @@ pub struct SourceCheck {
     /// Ledger records that do not say "done for the current version with its rows and
     /// sums" (live keys) or "deleted" (deleted keys).
     pub ledger_wrong: usize,
+    /// Bad rows of the current objects (`on_bad_row: reject`), from the generated data.
+    pub source_rejected: u64,
+    /// Rejected rows the ledger records for the current objects.
+    pub ledger_rejected: u64,
+    /// Rejected rows in the rejects files of the lake.
+    pub lake_rejected: u64,
+    /// Current objects with bad rows whose rejects file is missing or holds another count.
+    pub lost_rejects: usize,
+    /// Rejects files that belong to no current object with bad rows.
+    pub orphan_rejects: usize,
 }
 
 /// The generated data against what the lake and the ledger hold. `details` gets one line per
@@ -1402,6 +1456,8 @@ async fn check(
         };
         // What the lake must hold: output key → the current version.
         let mut expected: HashMap<String, (&Object, &Version)> = HashMap::new();
+        // Rejects file → the current version with bad rows.
+        let mut expected_rejects: HashMap<String, (&Object, &Version)> = HashMap::new();
         // Every row id ever generated for the source → is it current?
         let mut all_ids: HashMap<i64, bool> = HashMap::new();
         for o in objects.iter().filter(|o| o.source == si) {
@@ -1416,6 +1472,10 @@ async fn check(
             if let Some(v) = o.live() {
                 c.objects += 1;
                 c.source.add(&v.totals);
+                c.source_rejected += v.bad;
+                if v.bad > 0 {
+                    expected_rejects.insert(source.rejects_key(&o.key), (o, v));
+                }
             }
             if let Some(v) = wanted {
                 if o.live().is_none() {
@@ -1442,6 +1502,57 @@ async fn check(
             match page.next {
                 Some(t) => token = Some(t),
                 None => break,
+            }
+        }
+        // The rejects files: one JSON line per rejected row of their object's version.
+        let rejects_prefix = format!("{prefix}_rejects/");
+        let (rejects, keys): (Vec<String>, Vec<String>) = keys
+            .into_iter()
+            .partition(|k| k.starts_with(&rejects_prefix));
+        let mut found_rejects = BTreeSet::new();
+        for key in rejects {
+            let GetOutcome::Found { mut body, .. } =
+                b.store.get(&b.lake, &key, None).await.expect("get rejects")
+            else {
+                continue;
+            };
+            let mut bytes = Vec::new();
+            tokio::io::AsyncReadExt::read_to_end(&mut body, &mut bytes)
+                .await
+                .expect("read rejects");
+            let lines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+            c.lake_rejected += lines;
+            match expected_rejects.get(&key) {
+                Some((_, v)) if v.bad == lines => {
+                    found_rejects.insert(key);
+                }
+                Some((o, v)) => {
+                    c.lost_rejects += 1;
+                    found_rejects.insert(key.clone());
+                    note(
+                        details,
+                        format!(
+                            "{id}: {} rejects file holds {lines} rows, not {}",
+                            o.key, v.bad
+                        ),
+                    );
+                }
+                None => {
+                    c.orphan_rejects += 1;
+                    note(
+                        details,
+                        format!("{id}: orphan rejects file {key} ({lines} rows)"),
+                    );
+                }
+            }
+        }
+        for (key, (o, _)) in &expected_rejects {
+            if !found_rejects.contains(key) {
+                c.lost_rejects += 1;
+                note(
+                    details,
+                    format!("{id}: {} has no rejects file {key}", o.key),
+                );
             }
         }
         let reads = keys.into_iter().map(|key| {
@@ -1576,8 +1687,11 @@ async fn check(
                                 .unwrap_or(-1),
                         };
                         c.ledger.add(&t);
+                        c.ledger_rejected += com.rejected;
                         (t.rows, t.quantity, t.amount_cents)
                             == (v.totals.rows, v.totals.quantity, v.totals.amount_cents)
+                            && com.rejected == v.bad
+                            && com.rejects.is_some() == (v.bad > 0)
                     }
                     _ => false,
                 },
@@ -1708,13 +1822,15 @@ fn sum_checks(checks: &[SourceCheck], f: impl Fn(&SourceCheck) -> u64) -> u64 {
 impl ChaosReport {
     /// Current objects lost (no output, or the output of another version), over all sources.
     pub fn lost(&self) -> u64 {
-        sum_checks(&self.sources, |c| c.lost_objects as u64 + c.lost_rows)
+        sum_checks(&self.sources, |c| {
+            c.lost_objects as u64 + c.lost_rows + c.lost_rejects as u64
+        })
     }
 
     /// Duplicated rows and orphan outputs, over all sources.
     pub fn duplicated(&self) -> u64 {
         sum_checks(&self.sources, |c| {
-            c.duplicated_rows + c.orphan_outputs as u64
+            c.duplicated_rows + c.orphan_outputs as u64 + c.orphan_rejects as u64
         })
     }
 
@@ -2048,6 +2164,29 @@ impl ChaosReport {
                 sc.ledger_wrong
             );
         }
+        let _ = writeln!(t);
+        let _ = writeln!(
+            t,
+            "  {:<12} {:>20} {:>15} {:>17} {:>14} {:>15}",
+            "SOURCE",
+            "BAD ROWS IN SOURCE",
+            "LEDGER REJECTED",
+            "IN REJECTS FILES",
+            "LOST REJECTS",
+            "ORPHAN REJECTS"
+        );
+        for sc in &self.sources {
+            let _ = writeln!(
+                t,
+                "  {:<12} {:>20} {:>15} {:>17} {:>14} {:>15}",
+                sc.source_id,
+                sc.source_rejected,
+                sc.ledger_rejected,
+                sc.lake_rejected,
+                sc.lost_rejects,
+                sc.orphan_rejects
+            );
+        }
         let _ = writeln!(
             t,
             "  lost {}, duplicated {}{}",
@@ -2104,6 +2243,12 @@ impl ChaosReport {
                 sc.source_id
             );
             assert_eq!(sc.ledger_wrong, 0, "{}: ledger\n{table}", sc.source_id);
+            assert_eq!(
+                (sc.ledger_rejected, sc.lake_rejected),
+                (sc.source_rejected, sc.source_rejected),
+                "{}: rejected rows in the ledger and the rejects files vs bad rows in the source\n{table}",
+                sc.source_id
+            );
         }
         assert!(
             self.second_reconcile.is_empty(),
@@ -2224,7 +2369,7 @@ pub async fn run(b: &Backends, cfg: ChaosConfig) -> ChaosReport {
     let started = Instant::now();
     let mut durations = Vec::new();
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let config = orders_config(&b.landing, &b.lake, cfg.max_attempts, None);
+    let config = chaos_config(b, cfg.max_attempts);
 
     // 1. Data. Every event is driven only after the uploads of its phase: the keys not
     // staged get all their versions and their delete before any event; the staged ones their

@@ -43,14 +43,17 @@ pub struct Summary {
     pub skipped: usize,
     /// Rows written.
     pub rows: u64,
+    /// Rows set aside as bad (`on_bad_row: reject`), in the objects' rejects files.
+    pub rejected: u64,
 }
 
 impl Summary {
     fn count(&mut self, outcome: &Outcome) {
         match outcome {
-            Outcome::Processed { rows, .. } => {
+            Outcome::Processed { rows, rejected, .. } => {
                 self.processed += 1;
                 self.rows += rows;
+                self.rejected += rejected;
             }
             Outcome::Deleted { .. } => self.deleted += 1,
             Outcome::Skipped(Skip::Duplicate) => self.duplicates += 1,

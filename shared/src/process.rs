@@ -125,6 +125,8 @@ pub enum Outcome {
         version: String,
         /// Rows written.
         rows: u64,
+        /// Rows set aside as bad (`on_bad_row: reject`).
+        rejected: u64,
         /// Its outputs.
         outputs: Vec<OutputRef>,
     },
@@ -368,6 +370,7 @@ impl Pipeline {
                         Target::Version(v) => Outcome::Processed {
                             version: v.version.clone(),
                             rows: committed.rows,
+                            rejected: committed.rejected,
                             outputs: new_outputs.clone(),
                         },
                         Target::Delete(_) => Outcome::Deleted {
@@ -504,6 +507,7 @@ impl Pipeline {
         Ok(Outcome::Processed {
             version: version.version,
             rows: 0,
+            rejected: 0,
             outputs: Vec::new(),
         })
     }
@@ -781,13 +785,7 @@ impl Pipeline {
         let sequencer = version.sequencer.as_ref();
         if stats.rejects.is_empty() {
             if let Some(found) = self.store.head(bucket, &rejects_key).await? {
-                let theirs = found
-                    .metadata
-                    .get(meta::SOURCE_SEQUENCER)
-                    .and_then(|s| s.parse::<Sequencer>().ok());
-                if let (Some(theirs), Some(ours)) = (theirs, sequencer)
-                    && &theirs > ours
-                {
+                if written_after(&found, sequencer) {
                     return Err(ProcessError::StaleOutput {
                         bucket: bucket.clone(),
                         key: rejects_key,
@@ -979,13 +977,7 @@ impl Pipeline {
                     condition = match self.store.head(bucket, key).await? {
                         None => WriteCondition::Absent,
                         Some(found) => {
-                            let theirs = found
-                                .metadata
-                                .get(meta::SOURCE_SEQUENCER)
-                                .and_then(|s| s.parse::<Sequencer>().ok());
-                            if let (Some(theirs), Some(ours)) = (theirs, sequencer)
-                                && &theirs > ours
-                            {
+                            if written_after(&found, sequencer) {
                                 return Err(ProcessError::StaleOutput {
                                     bucket: bucket.to_string(),
                                     key: key.to_string(),
@@ -1080,6 +1072,16 @@ fn rejects_jsonl(
         out.push(b'\n');
     }
     Bytes::from(out)
+}
+
+/// Was the output `found` written for a newer version of its source object than the one of
+/// `sequencer` (by the sequencer in its metadata)? Unknown sequencers say no.
+fn written_after(found: &crate::ports::ObjectMeta, sequencer: Option<&Sequencer>) -> bool {
+    let theirs = found
+        .metadata
+        .get(meta::SOURCE_SEQUENCER)
+        .and_then(|s| s.parse::<Sequencer>().ok());
+    matches!((theirs, sequencer), (Some(theirs), Some(ours)) if &theirs > ours)
 }
 
 /// `version` completed from the metadata of the GET that pinned it (ETag, size, version id).

@@ -1268,6 +1268,7 @@ fn add_summary(a: &mut Summary, b: &Summary) {
     a.failed += b.failed;
     a.skipped += b.skipped;
     a.rows += b.rows;
+    a.rejected += b.rejected;
 }
 
 fn error_class(e: &str) -> String {

@@ -182,11 +182,7 @@ impl<R: BufRead> CsvBatches<R> {
             }
             let buf = self.reader.fill_buf()?;
             if buf.is_empty() {
-                if matches!(self.scan.state, State::Quoted | State::Escaped) {
-                    let message = "a quoted field is still open at the end of the input";
-                    return Err(self.malformed(message));
-                }
-                self.scan.state = State::StartRecord;
+                self.end_of_input()?;
                 decode(&mut self.decoder, &mut self.fresh, &[])?;
                 return Ok(());
             }
@@ -257,6 +253,16 @@ impl<R: BufRead> CsvBatches<R> {
                 ));
             }
         }
+    }
+
+    /// The input ended: the record the scan is in ends too, unless a quoted field is open.
+    fn end_of_input(&mut self) -> Result<(), Fill> {
+        if matches!(self.scan.state, State::Quoted | State::Escaped) {
+            let message = "a quoted field is still open at the end of the input";
+            return Err(self.malformed(message));
+        }
+        self.scan.state = State::StartRecord;
+        Ok(())
     }
 
     /// The error for malformed CSV in the record the scan is in.
@@ -432,12 +438,7 @@ impl<R: BufRead> CsvBatches<R> {
         while self.scan.state != State::StartRecord {
             let buf = self.reader.fill_buf()?;
             if buf.is_empty() {
-                if matches!(self.scan.state, State::Quoted | State::Escaped) {
-                    let message = "a quoted field is still open at the end of the input";
-                    return Err(self.malformed(message));
-                }
-                self.scan.state = State::StartRecord;
-                return Ok(());
+                return self.end_of_input();
             }
             let mut scan = self.scan;
             let base = self.raw.len();

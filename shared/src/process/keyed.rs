@@ -478,6 +478,7 @@ impl Pipeline {
             outcome: Outcome::Processed {
                 version: version.version.clone(),
                 rows: stats.rows,
+                rejected: 0,
                 outputs: vec![output],
             },
         })

@@ -156,6 +156,8 @@ pub struct Counts {
     pub left: u64,
     /// Rows written.
     pub rows: u64,
+    /// Rows set aside as bad (`on_bad_row: reject`).
+    pub rejected: u64,
     /// Source bytes taken.
     pub bytes: u64,
 }
@@ -174,6 +176,7 @@ impl Counts {
         self.newly_quarantined += o.newly_quarantined;
         self.left += o.left;
         self.rows += o.rows;
+        self.rejected += o.rejected;
         self.bytes += o.bytes;
     }
 
@@ -447,9 +450,10 @@ async fn run_source(
     let mut written = Vec::new();
     while let Some((o, result)) = results.next().await {
         match result {
-            Ok(Outcome::Processed { rows, .. }) => {
+            Ok(Outcome::Processed { rows, rejected, .. }) => {
                 counts.processed += 1;
                 counts.rows += rows;
+                counts.rejected += rejected;
                 written.push(o.key.clone());
             }
             Ok(Outcome::Untracked { rows }) => {
@@ -576,12 +580,17 @@ pub fn print_report(report: &RunReport, backend: &str, out: Out<'_>) -> Result<(
     let t = &report.total;
     writeln!(
         out,
-        "{} processed, {} duplicates, {} failed, {} quarantined, {} rows in {:.2} s{}",
+        "{} processed, {} duplicates, {} failed, {} quarantined, {} rows{} in {:.2} s{}",
         t.written(),
         t.duplicates,
         t.failed,
         t.quarantined,
         t.rows,
+        if t.rejected > 0 {
+            format!(" ({} bad rows rejected)", t.rejected)
+        } else {
+            String::new()
+        },
         report.seconds,
         if t.left > 0 {
             format!("; {} left for the next run (bounds)", t.left)

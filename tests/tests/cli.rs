@@ -587,6 +587,18 @@ async fn rejected_rows_show_in_status_and_explain_and_purge_removes_their_file()
         out.contains("  rejects:  s3://lake/orders/_rejects/mixed.csv.jsonl (etag "),
         "{out}"
     );
+    assert!(
+        out.contains(
+            "rejected rows (2 of 2):\n  line 3: column \"order_id\": cannot parse \"two\" as int64  \"two,b,1,1.00,2024-03-01T00:00:00Z\"\n  line 5: expected 5 fields, got 2  \"4,d\"\n"
+        ),
+        "{out}"
+    );
+    let (_, out) = env
+        .cli(&["explain", "orders", "in/mixed.csv", "--json"])
+        .await;
+    let json: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["rejected_rows"][1]["line"], 5, "{json}");
+    assert_eq!(json["rejected_rows"][1]["key"], "in/mixed.csv", "{json}");
 
     let store = &env.backend.pipeline.store;
     let listed = |prefix: &'static str| async move {

@@ -1,12 +1,15 @@
 //! `explain SOURCE KEY`: the whole ledger record of one object — status, the committed
 //! version with its rows, sums and outputs, a live or expired claim, the pending version,
-//! attempts and the last error — and the audit entries that named the key (a rewind, a
-//! reset, a mark, a run that processed it).
+//! attempts and the last error — the first rows of its rejects file when it has one, and
+//! the audit entries that named the key (a rewind, a reset, a mark, a run that processed
+//! it).
 
 use std::process::ExitCode;
 
 use serde::Serialize;
 use tidemark::model::{AuditEntry, Record, Target};
+use tidemark::ports::GetOutcome;
+use tokio::io::AsyncReadExt;
 
 use super::audit::{args_summary, names_key};
 use super::print_json;
@@ -19,9 +22,16 @@ use crate::{Error, Out};
 pub struct Explanation {
     /// The record, if the ledger has one.
     pub record: Option<Record>,
+    /// The first [`REJECTS_SHOWN`] rows of the committed version's rejects file, as written
+    /// (`on_bad_row: reject`); empty when there is none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rejected_rows: Vec<serde_json::Value>,
     /// Audit entries that named the key, oldest first.
     pub audit: Vec<AuditEntry>,
 }
+
+/// Rows of a rejects file `explain` shows.
+pub const REJECTS_SHOWN: usize = 10;
 
 /// The record of `source`/`key` and the audit entries naming it.
 pub async fn explain(backend: &Backend, source: &str, key: &str) -> Result<Explanation, Error> {
@@ -33,7 +43,32 @@ pub async fn explain(backend: &Backend, source: &str, key: &str) -> Result<Expla
         .into_iter()
         .filter(|e| names_key(e, key))
         .collect();
-    Ok(Explanation { record, audit })
+    let mut rejected_rows = Vec::new();
+    if let Some(file) = record
+        .as_ref()
+        .and_then(|r| r.committed.as_ref()?.rejects.as_ref())
+    {
+        let store = &backend.pipeline.store;
+        if let GetOutcome::Found { mut body, .. } =
+            store.get(&file.bucket, &file.key, Some(&file.etag)).await?
+        {
+            let mut bytes = Vec::new();
+            body.read_to_end(&mut bytes).await?;
+            rejected_rows = bytes
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .take(REJECTS_SHOWN)
+                .map(|l| {
+                    serde_json::from_slice(l).unwrap_or_else(|_| String::from_utf8_lossy(l).into())
+                })
+                .collect();
+        }
+    }
+    Ok(Explanation {
+        record,
+        rejected_rows,
+        audit,
+    })
 }
 
 /// `tidemark explain`.
@@ -50,7 +85,25 @@ pub async fn explain_command(
         print_json(out, &e)?;
     } else {
         match &e.record {
-            Some(r) => write!(out, "{}", describe(r, max_attempts))?,
+            Some(r) => {
+                write!(out, "{}", describe(r, max_attempts))?;
+                let rejected = r.committed.as_ref().map_or(0, |c| c.rejected);
+                if !e.rejected_rows.is_empty() {
+                    writeln!(
+                        out,
+                        "rejected rows ({} of {rejected}):",
+                        e.rejected_rows.len()
+                    )?;
+                }
+                for row in &e.rejected_rows {
+                    let error = row["error"].as_str().unwrap_or("?");
+                    let record = row["record"].as_str().map_or_else(
+                        || "(not UTF-8: record_base64 in the file)".to_string(),
+                        |r| format!("{r:?}"),
+                    );
+                    writeln!(out, "  {error}  {record}")?;
+                }
+            }
             None => writeln!(
                 out,
                 "no ledger record for {source} / {key}: never seen (or forgotten)"

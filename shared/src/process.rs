@@ -399,34 +399,13 @@ impl Pipeline {
                 }
                 Ok(Work::Release(note)) => {
                     let after = self
-                        .transition(source, key, record, |r| {
-                            protocol::release(r, &token, &note, now, max)
-                        })
+                        .release_claim(source, key, record, &token, &note)
                         .await?;
                     (after, Ok(Outcome::NotCurrent))
                 }
                 // A stopped worker writes nothing more: its lease expires.
                 Err(e @ ProcessError::Crashed(_)) => return Err(e),
-                Err(error) => {
-                    let message = error.to_string();
-                    let failure = if error.is_transient() {
-                        protocol::Failure::Transient
-                    } else {
-                        protocol::Failure::Counted
-                    };
-                    let after = self
-                        .transition(source, key, record, |r| {
-                            protocol::fail(r, &token, &message, failure, now, max)
-                        })
-                        .await?;
-                    let result = if after.status == Status::Quarantined {
-                        warn!(source_id = source.id(), key, attempts = after.attempts, error = %message, "quarantined");
-                        Ok(Outcome::Quarantined { error: message })
-                    } else {
-                        Err(error)
-                    };
-                    (after, result)
-                }
+                Err(error) => self.fail_claim(source, key, record, &token, error).await?,
             };
             // A newer version (or delete) arrived while we held the claim and was recorded
             // for us: the holder processes it now, whatever became of its own target.
@@ -438,6 +417,54 @@ impl Pipeline {
                 None => return result,
             }
         }
+    }
+
+    /// End the claim `token` on `key` without a commit: the target is no longer current.
+    async fn release_claim(
+        &self,
+        source: &Source,
+        key: &str,
+        record: Record,
+        token: &str,
+        note: &str,
+    ) -> Result<Record> {
+        let (now, max) = (self.clock.now_ms(), source.doc.max_attempts);
+        self.transition(source, key, record, |r| {
+            protocol::release(r, token, note, now, max)
+        })
+        .await
+    }
+
+    /// End the claim `token` on `key` with `error`: an attempt counted unless the error is
+    /// transient, the object quarantined after `max_attempts` (then `Outcome::Quarantined`,
+    /// else the error is given back for the caller to retry).
+    async fn fail_claim(
+        &self,
+        source: &Source,
+        key: &str,
+        record: Record,
+        token: &str,
+        error: ProcessError,
+    ) -> Result<(Record, Result<Outcome>)> {
+        let (now, max) = (self.clock.now_ms(), source.doc.max_attempts);
+        let message = error.to_string();
+        let failure = if error.is_transient() {
+            protocol::Failure::Transient
+        } else {
+            protocol::Failure::Counted
+        };
+        let after = self
+            .transition(source, key, record, |r| {
+                protocol::fail(r, token, &message, failure, now, max)
+            })
+            .await?;
+        let result = if after.status == Status::Quarantined {
+            warn!(source_id = source.id(), key, attempts = after.attempts, error = %message, "quarantined");
+            Ok(Outcome::Quarantined { error: message })
+        } else {
+            Err(error)
+        };
+        Ok((after, result))
     }
 
     /// Record `version` of `key` as committed WITHOUT processing it: the operator's "set the
@@ -715,23 +742,9 @@ impl Pipeline {
         ctx: &RunContext,
     ) -> Result<Option<Converted>> {
         let bucket = &source.doc.bucket;
-        let too_large = |size: u64| match source.doc.max_object_bytes {
-            Some(limit) if size > limit => Err(ProcessError::TooLarge {
-                bucket: bucket.clone(),
-                key: key.to_string(),
-                size,
-                limit,
-            }),
-            _ => Ok(()),
+        let Some((version, body)) = self.get_pinned(source, key, version).await? else {
+            return Ok(None);
         };
-        too_large(version.size.unwrap_or(0))?;
-        let (meta, body) = match self.store.get(bucket, key, version.etag.as_deref()).await? {
-            GetOutcome::Found { meta, body } => (meta, body),
-            GetOutcome::NotFound | GetOutcome::Changed => return Ok(None),
-        };
-        too_large(meta.size)?;
-        self.faults.check(Step::AfterGet, key)?;
-        let version = pinned(version, &meta);
 
         let out_bucket = source.doc.output.bucket.clone();
         let out_key = source.output_key(key);
@@ -762,6 +775,36 @@ impl Pipeline {
             },
             rejects,
         }))
+    }
+
+    /// GET `version` of `key` pinned to its ETag, refusing an object over
+    /// `max_object_bytes` (by the size the event gave, then by the one the GET found): the
+    /// version completed from the GET, and its body. `None` when the object is no longer
+    /// that version.
+    async fn get_pinned(
+        &self,
+        source: &Source,
+        key: &str,
+        version: &VersionRef,
+    ) -> Result<Option<(VersionRef, Body)>> {
+        let bucket = &source.doc.bucket;
+        let too_large = |size: u64| match source.doc.max_object_bytes {
+            Some(limit) if size > limit => Err(ProcessError::TooLarge {
+                bucket: bucket.clone(),
+                key: key.to_string(),
+                size,
+                limit,
+            }),
+            _ => Ok(()),
+        };
+        too_large(version.size.unwrap_or(0))?;
+        let (meta, body) = match self.store.get(bucket, key, version.etag.as_deref()).await? {
+            GetOutcome::Found { meta, body } => (meta, body),
+            GetOutcome::NotFound | GetOutcome::Changed => return Ok(None),
+        };
+        too_large(meta.size)?;
+        self.faults.check(Step::AfterGet, key)?;
+        Ok(Some((pinned(version, &meta), body)))
     }
 
     /// Under `on_bad_row: reject`, write the rejects file of `version` of `key` (its

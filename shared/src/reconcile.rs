@@ -284,21 +284,6 @@ fn sum_type(source: &Source, column: &str) -> Option<ColumnType> {
         .map(|c| c.ty)
 }
 
-/// `a + b` for sums of one column.
-fn plus(a: &SumValue, b: &SumValue) -> SumValue {
-    match (a, b) {
-        (SumValue::Int(x), SumValue::Int(y)) => SumValue::Int(x.saturating_add(*y)),
-        (SumValue::Decimal { unscaled: x, scale }, SumValue::Decimal { unscaled: y, .. }) => {
-            SumValue::Decimal {
-                unscaled: x.saturating_add(*y),
-                scale: *scale,
-            }
-        }
-        (SumValue::Float(x), SumValue::Float(y)) => SumValue::Float(x + y),
-        (x, _) => *x,
-    }
-}
-
 fn same(a: &SumValue, b: &SumValue, tolerance: f64) -> bool {
     match (a, b) {
         (SumValue::Float(x), SumValue::Float(y)) => {
@@ -322,7 +307,7 @@ impl Counter {
         for (col, v) in sums {
             self.sums[which]
                 .entry(col.clone())
-                .and_modify(|t| *t = plus(t, v))
+                .and_modify(|t| *t = t.plus(v))
                 .or_insert(*v);
         }
     }
@@ -698,7 +683,7 @@ async fn count_object(
                 for (col, v) in sums {
                     lake_sums
                         .entry(col)
-                        .and_modify(|t| *t = plus(t, &v))
+                        .and_modify(|t| *t = t.plus(&v))
                         .or_insert(v);
                 }
             }

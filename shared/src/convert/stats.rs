@@ -46,6 +46,22 @@ pub enum SumValue {
 pub struct ParseSumError(String);
 
 impl SumValue {
+    /// `self + other` for sums of one column (saturating for integers and decimals; the
+    /// scale is `self`'s; sums of different kinds give `self`).
+    pub fn plus(&self, other: &SumValue) -> SumValue {
+        match (self, other) {
+            (Self::Int(x), Self::Int(y)) => Self::Int(x.saturating_add(*y)),
+            (Self::Decimal { unscaled: x, scale }, Self::Decimal { unscaled: y, .. }) => {
+                Self::Decimal {
+                    unscaled: x.saturating_add(*y),
+                    scale: *scale,
+                }
+            }
+            (Self::Float(x), Self::Float(y)) => Self::Float(x + y),
+            (x, _) => *x,
+        }
+    }
+
     /// The sum of no values of type `ty`, `None` if `ty` is not summable.
     fn zero(ty: ColumnType) -> Option<Self> {
         match ty {

@@ -87,20 +87,6 @@ enum KeyedDone {
     Release(String),
 }
 
-fn plus(a: &SumValue, b: &SumValue) -> SumValue {
-    match (a, b) {
-        (SumValue::Int(x), SumValue::Int(y)) => SumValue::Int(x.saturating_add(*y)),
-        (SumValue::Decimal { unscaled: x, scale }, SumValue::Decimal { unscaled: y, .. }) => {
-            SumValue::Decimal {
-                unscaled: x.saturating_add(*y),
-                scale: *scale,
-            }
-        }
-        (SumValue::Float(x), SumValue::Float(y)) => SumValue::Float(x + y),
-        (x, _) => *x,
-    }
-}
-
 impl Pipeline {
     /// Process `claimed` (a version) of `key` of a source with bookmark keys; the object's
     /// claim `token` is ours. Returns the object's record after, and the outcome, as the
@@ -114,42 +100,19 @@ impl Pipeline {
         token: &str,
         ctx: &RunContext,
     ) -> Result<(Record, Result<Outcome>)> {
-        let max = source.doc.max_attempts;
         let work = self
             .keyed_work(source, key, &record, claimed, token, ctx)
             .await;
-        let now = self.clock.now_ms();
         match work {
             Ok(KeyedDone::Committed { after, outcome }) => Ok((*after, Ok(outcome))),
             Ok(KeyedDone::Release(note)) => {
                 let after = self
-                    .transition(source, key, record, |r| {
-                        protocol::release(r, token, &note, now, max)
-                    })
+                    .release_claim(source, key, record, token, &note)
                     .await?;
                 Ok((after, Ok(Outcome::NotCurrent)))
             }
             Err(e @ ProcessError::Crashed(_)) => Err(e),
-            Err(error) => {
-                let message = error.to_string();
-                let failure = if error.is_transient() {
-                    protocol::Failure::Transient
-                } else {
-                    protocol::Failure::Counted
-                };
-                let after = self
-                    .transition(source, key, record, |r| {
-                        protocol::fail(r, token, &message, failure, now, max)
-                    })
-                    .await?;
-                let result = if after.status == Status::Quarantined {
-                    warn!(source_id = source.id(), key, attempts = after.attempts, error = %message, "quarantined");
-                    Ok(Outcome::Quarantined { error: message })
-                } else {
-                    Err(error)
-                };
-                Ok((after, result))
-            }
+            Err(error) => self.fail_claim(source, key, record, token, error).await,
         }
     }
 
@@ -265,27 +228,11 @@ impl Pipeline {
 
         // The version, pinned to its ETag (as `convert_version` reads it).
         let bucket = &source.doc.bucket;
-        let too_large = |size: u64| match source.doc.max_object_bytes {
-            Some(limit) if size > limit => Err(ProcessError::TooLarge {
-                bucket: bucket.clone(),
-                key: key.to_string(),
-                size,
-                limit,
-            }),
-            _ => Ok(()),
+        let Some((version, body)) = self.get_pinned(source, key, version).await? else {
+            return Ok(KeyedDone::Release(
+                "not current: the object changed or was deleted after the event".into(),
+            ));
         };
-        too_large(version.size.unwrap_or(0))?;
-        let (meta, body) = match self.store.get(bucket, key, version.etag.as_deref()).await? {
-            GetOutcome::Found { meta, body } => (meta, body),
-            GetOutcome::NotFound | GetOutcome::Changed => {
-                return Ok(KeyedDone::Release(
-                    "not current: the object changed or was deleted after the event".into(),
-                ));
-            }
-        };
-        too_large(meta.size)?;
-        self.faults.check(Step::AfterGet, key)?;
-        let version = pinned(version, &meta);
 
         let out_bucket = source.doc.output.bucket.clone();
         let out_key = versioned_output_key(source, key, &version.version);
@@ -383,7 +330,7 @@ impl Pipeline {
                 .and_then(|c| c.sums.get(column))
                 .zip(ty)
                 .and_then(|(s, ty)| SumValue::parse_for(&ty, s).ok());
-            let total = before.map_or(*sum, |b| plus(&b, sum));
+            let total = before.map_or(*sum, |b| b.plus(sum));
             sums.insert(column.clone(), total.to_string());
         }
         let committed = Committed {

@@ -368,11 +368,16 @@ impl Backends {
 
     /// A pipeline on these backends.
     pub fn pipeline(&self) -> Pipeline {
+        self.pipeline_with(self.config())
+    }
+
+    /// A pipeline on these backends with another sources document.
+    pub fn pipeline_with(&self, config: Arc<Config>) -> Pipeline {
         let mut p = Pipeline::new(
             self.store.clone(),
             self.ledger.clone(),
             Arc::new(self.clock.clone()),
-            self.config(),
+            config,
         );
         p.settings.lease_margin_ms = LEASE_MARGIN_MS;
         p

@@ -55,13 +55,7 @@ fn config(b: &Backends) -> Arc<Config> {
 }
 
 fn pipeline(b: &Backends, faults: Option<Arc<dyn Faults>>) -> Pipeline {
-    let mut p = Pipeline::new(
-        b.store.clone(),
-        b.ledger.clone(),
-        Arc::new(b.clock.clone()),
-        config(b),
-    );
-    p.settings.lease_margin_ms = LEASE_MARGIN_MS;
+    let mut p = b.pipeline_with(config(b));
     if let Some(f) = faults {
         p.faults = f;
     }

@@ -61,14 +61,7 @@ fn config(b: &Backends, limits: Value) -> Arc<Config> {
 }
 
 fn pipeline(b: &Backends, config: Arc<Config>) -> Pipeline {
-    let mut p = Pipeline::new(
-        b.store.clone(),
-        b.ledger.clone(),
-        Arc::new(b.clock.clone()),
-        config,
-    );
-    p.settings.lease_margin_ms = LEASE_MARGIN_MS;
-    p
+    b.pipeline_with(config)
 }
 
 static SEQUENCER: AtomicU64 = AtomicU64::new(0x0200_0000_0000_0000);

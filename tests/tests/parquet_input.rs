@@ -30,9 +30,7 @@ use tidemark::config::Config;
 use tidemark::ingest::{self, Response};
 use tidemark::model::Status;
 use tidemark::process::Pipeline;
-use tidemark_tests::{
-    Backends, LEASE_MARGIN_MS, Totals, direct, form_encode, orders_csv, parquet_totals, sqs,
-};
+use tidemark_tests::{Backends, Totals, direct, form_encode, orders_csv, parquet_totals, sqs};
 
 /// Attempts before quarantine in this suite.
 const MAX_ATTEMPTS: u32 = 2;
@@ -62,14 +60,7 @@ fn config(b: &Backends) -> Arc<Config> {
 }
 
 fn pipeline(b: &Backends) -> Pipeline {
-    let mut p = Pipeline::new(
-        b.store.clone(),
-        b.ledger.clone(),
-        Arc::new(b.clock.clone()),
-        config(b),
-    );
-    p.settings.lease_margin_ms = LEASE_MARGIN_MS;
-    p
+    b.pipeline_with(config(b))
 }
 
 /// One order of [`orders_csv`], as values.

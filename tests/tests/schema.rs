@@ -15,7 +15,7 @@ use tidemark::backfill::{self, Request};
 use tidemark::config::{Config, schema_version};
 use tidemark::model::Status;
 use tidemark::process::Pipeline;
-use tidemark_tests::{Backends, LEASE_MARGIN_MS};
+use tidemark_tests::Backends;
 
 /// Orders as CSV (columns by name) under `in/` and JSON Lines under `json/`; with `channel`
 /// (a nullable string) when `v2`.
@@ -45,14 +45,7 @@ fn config(b: &Backends, v2: bool) -> Arc<Config> {
 }
 
 fn pipeline(b: &Backends, config: &Arc<Config>) -> Pipeline {
-    let mut p = Pipeline::new(
-        b.store.clone(),
-        b.ledger.clone(),
-        Arc::new(b.clock.clone()),
-        config.clone(),
-    );
-    p.settings.lease_margin_ms = LEASE_MARGIN_MS;
-    p
+    b.pipeline_with(config.clone())
 }
 
 /// Backfill both sources under `config`; (processed, failed, errors).

@@ -90,16 +90,26 @@ fn snapshot(ids: impl IntoIterator<Item = i64>) -> String {
     csv(&rows)
 }
 
-/// Process the landed object `key` as an event would (the version the store holds now).
-async fn process(b: &Backends, p: &Pipeline, key: &str) -> Result<Outcome> {
-    let meta = b.store.head(&b.landing, key).await?.expect("landed");
-    let target = Target::Version(VersionRef {
+/// The version the store holds now at `key`, as an event without a sequencer names it.
+async fn current(b: &Backends, key: &str) -> Target {
+    let meta = b
+        .store
+        .head(&b.landing, key)
+        .await
+        .unwrap()
+        .expect("landed");
+    Target::Version(VersionRef {
         version: meta.etag.clone(),
         version_id: None,
         etag: Some(meta.etag),
         sequencer: None,
         size: Some(meta.size),
-    });
+    })
+}
+
+/// Process the landed object `key` as an event would (the version the store holds now).
+async fn process(b: &Backends, p: &Pipeline, key: &str) -> Result<Outcome> {
+    let target = current(b, key).await;
     let source_id = key.split('/').next().unwrap();
     let source = p.config.source(source_id).expect("routed").clone();
     p.process(&source, key, target, &b.ctx("test")).await
@@ -565,19 +575,7 @@ async fn replays_and_pauses_are_refused_for_a_keyed_source(b: Backends) {
     b.upload("snap/r.csv", snapshot(0..3)).await;
     process_until_done(&b, &p, "snap/r.csv").await;
     let source = p.config.source("snap").unwrap().clone();
-    let meta = b
-        .store
-        .head(&b.landing, "snap/r.csv")
-        .await
-        .unwrap()
-        .unwrap();
-    let target = Target::Version(VersionRef {
-        version: meta.etag.clone(),
-        version_id: None,
-        etag: Some(meta.etag),
-        sequencer: None,
-        size: Some(meta.size),
-    });
+    let target = current(&b, "snap/r.csv").await;
     let e = p
         .refresh(&source, "snap/r.csv", target.clone(), &b.ctx("t"))
         .await

@@ -74,6 +74,37 @@ pub enum PutOutcome {
     PreconditionFailed,
 }
 
+/// A byte range of an object, for a ranged GET.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteRange {
+    /// The last `n` bytes (`Range: bytes=-n`); the whole object when it is shorter.
+    Suffix(u64),
+    /// Bytes `start..end` (end exclusive; `Range: bytes=start-(end-1)`), cut at the end of
+    /// the object.
+    Span {
+        /// First byte.
+        start: u64,
+        /// One past the last byte.
+        end: u64,
+    },
+}
+
+/// The answer to a ranged GET.
+#[derive(Debug)]
+pub enum RangeOutcome {
+    /// The bytes asked for; `meta.size` is the size of the whole object.
+    Found {
+        /// Metadata of the object (size: the whole object's).
+        meta: ObjectMeta,
+        /// The bytes of the range.
+        bytes: Bytes,
+    },
+    /// No such key.
+    NotFound,
+    /// The object exists but is another version than the one pinned (`If-Match` failed).
+    Changed,
+}
+
 /// One page of a listing.
 #[derive(Debug, Clone, Default)]
 pub struct ListPage {
@@ -96,6 +127,17 @@ pub trait ObjectStore: Send + Sync {
         key: &str,
         if_match: Option<&str>,
     ) -> Result<GetOutcome, StoreError>;
+
+    /// A byte range of the current object under `key`, only if its ETag is `if_match` (when
+    /// given): how reconcile reads a Parquet footer, and the column chunks of a row group,
+    /// without reading the whole output.
+    async fn get_range(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: ByteRange,
+        if_match: Option<&str>,
+    ) -> Result<RangeOutcome, StoreError>;
 
     /// Write `body` under `key` with user `metadata`, if `condition` holds.
     async fn put(
@@ -225,6 +267,22 @@ pub trait Ledger: Send + Sync {
     /// revision they read, so a stale read costs a conflict, never a lost update.
     async fn list(&self, source_id: &str) -> Result<Vec<Record>, LedgerError>;
 
+    /// The records of `keys` of a source, in no particular order (a key without a record has
+    /// none in the answer). How the backfill planner learns, one listing page at a time, which
+    /// objects are done already, without reading the whole source. On DynamoDB a batched,
+    /// eventually consistent read (BatchGetItem, 100 keys a request): the planner only uses
+    /// it to leave out work, and the workers' claims decide.
+    async fn get_many(&self, source_id: &str, keys: &[String]) -> Result<Vec<Record>, LedgerError>;
+
+    /// The records of a source whose keys are in `range`, ordered by key: what reconcile
+    /// compares a window's listing with (one part of a window at a time), without reading
+    /// the whole source. Eventually consistent on DynamoDB, like [`Ledger::list`].
+    async fn list_range(
+        &self,
+        source_id: &str,
+        range: &KeyRange,
+    ) -> Result<Vec<Record>, LedgerError>;
+
     /// Append an entry to the audit log.
     async fn audit(&self, entry: &AuditEntry) -> Result<(), LedgerError>;
 
@@ -242,6 +300,35 @@ pub trait Ledger: Send + Sync {
         mode: Mode,
         at: i64,
     ) -> Result<(), LedgerError>;
+}
+
+/// Keys that start with `prefix` and sort after `after` (when given) and not after `through`
+/// (when given), by their UTF-8 bytes as S3 and DynamoDB order them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyRange {
+    /// Every key starts with this.
+    pub prefix: String,
+    /// Keys sort strictly after this one.
+    pub after: Option<String>,
+    /// Keys sort at or before this one.
+    pub through: Option<String>,
+}
+
+impl KeyRange {
+    /// Every key under `prefix`.
+    pub fn prefix(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Is `key` in the range?
+    pub fn contains(&self, key: &str) -> bool {
+        key.starts_with(&self.prefix)
+            && self.after.as_deref().is_none_or(|a| key > a)
+            && self.through.as_deref().is_none_or(|t| key <= t)
+    }
 }
 
 /// Wall-clock time, injected so leases and lag are testable.

@@ -47,8 +47,8 @@ use tidemark::error::{LedgerError, ProcessError, Retry, StoreError};
 use tidemark::ingest::{self, Summary};
 use tidemark::model::{AuditEntry, Record, Status, Target};
 use tidemark::ports::{
-    Clock, GetOutcome, Ledger, LedgerWrite, ListPage, ObjectMeta, ObjectStore, PutOutcome,
-    WriteCondition,
+    ByteRange, Clock, GetOutcome, KeyRange, Ledger, LedgerWrite, ListPage, ObjectMeta, ObjectStore,
+    PutOutcome, RangeOutcome, WriteCondition,
 };
 use tidemark::process::{Faults, NoFaults, Pipeline, RunContext, Step};
 use tidemark::reconcile::{self, Options, Window};
@@ -442,6 +442,17 @@ impl ObjectStore for FaultyStore {
         }
     }
 
+    async fn get_range(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: ByteRange,
+        if_match: Option<&str>,
+    ) -> Result<RangeOutcome, StoreError> {
+        self.before("GetObject", bucket, key)?;
+        self.inner.get_range(bucket, key, range, if_match).await
+    }
+
     async fn put(
         &self,
         bucket: &str,
@@ -676,6 +687,20 @@ impl Ledger for FaultyLedger {
     async fn list(&self, source_id: &str) -> Result<Vec<Record>, LedgerError> {
         self.before("Query", source_id, "")?;
         self.inner.list(source_id).await
+    }
+
+    async fn get_many(&self, source_id: &str, keys: &[String]) -> Result<Vec<Record>, LedgerError> {
+        self.before("BatchGetItem", source_id, "")?;
+        self.inner.get_many(source_id, keys).await
+    }
+
+    async fn list_range(
+        &self,
+        source_id: &str,
+        range: &KeyRange,
+    ) -> Result<Vec<Record>, LedgerError> {
+        self.before("Query", source_id, &range.prefix)?;
+        self.inner.list_range(source_id, range).await
     }
 
     async fn audit(&self, entry: &AuditEntry) -> Result<(), LedgerError> {

@@ -12,7 +12,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use tidemark::error::{Retry, StoreError};
 use tidemark::ports::{
-    Body, GetOutcome, ListPage, ObjectMeta, ObjectStore, PutOutcome, WriteCondition,
+    Body, ByteRange, GetOutcome, ListPage, ObjectMeta, ObjectStore, PutOutcome, RangeOutcome,
+    WriteCondition,
 };
 use tokio::io::{AsyncRead, ReadBuf};
 
@@ -133,6 +134,19 @@ impl ObjectStore for FlakyStore {
             },
             other => other,
         })
+    }
+
+    async fn get_range(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: ByteRange,
+        if_match: Option<&str>,
+    ) -> Result<RangeOutcome, StoreError> {
+        if self.failing_key.lock().unwrap().as_deref() == Some(key) {
+            return Err(Self::internal_error("GetObject", bucket, key));
+        }
+        self.inner.get_range(bucket, key, range, if_match).await
     }
 
     async fn put(

@@ -21,7 +21,8 @@ use tidemark::model::{
     AuditEntry, Claim, Committed, DeleteRef, OutputRef, Record, Status, Target, VersionRef,
 };
 use tidemark::ports::{
-    GetOutcome, Ledger, LedgerWrite, ObjectMeta, ObjectStore, PutOutcome, WriteCondition,
+    ByteRange, GetOutcome, KeyRange, Ledger, LedgerWrite, ObjectMeta, ObjectStore, PutOutcome,
+    RangeOutcome, WriteCondition,
 };
 use tidemark_tests::Stack;
 use tokio::io::AsyncReadExt;
@@ -130,6 +131,7 @@ conformance!(
     ledger_awkward_keys,
     ledger_delete_is_conditional_on_the_rev,
     ledger_list_returns_one_sources_records_in_key_order,
+    ledger_list_range_and_get_many,
     ledger_audit_log_round_trips_and_filters_by_source,
     ledger_source_mode_round_trips,
     store_put_absent_twice,
@@ -147,6 +149,7 @@ conformance!(
     store_list_pages_in_s3_order,
     store_awkward_keys,
     store_missing_bucket,
+    store_get_range,
 );
 
 // ---------------------------------------------------------------------------------------
@@ -513,6 +516,98 @@ async fn ledger_list_returns_one_sources_records_in_key_order(b: Backends) {
     assert_eq!(others.len(), 1);
     assert_same(&others[0], &other);
     assert!(b.ledger.list("clicks").await.unwrap().is_empty());
+}
+
+async fn ledger_list_range_and_get_many(b: Backends) {
+    // More keys than one BatchGetItem takes, over every index shard, with awkward ones.
+    let mut keys: Vec<String> = (0..130).map(|i| format!("in/{i:03}.csv")).collect();
+    keys.extend(
+        [
+            "in/a b",
+            "in/你好/😊",
+            "in/\u{10FFFF}x",
+            "inside",
+            "other/1",
+        ]
+        .map(String::from),
+    );
+    for key in &keys {
+        b.ledger.create(&fresh(key)).await.unwrap();
+    }
+    let mut other = fresh("in/001.csv");
+    other.source_id = "orders_json".into();
+    b.ledger.create(&other).await.unwrap();
+    let range = |prefix: &str, after: Option<&str>, through: Option<&str>| KeyRange {
+        prefix: prefix.into(),
+        after: after.map(String::from),
+        through: through.map(String::from),
+    };
+    let listed = |r: Vec<Record>| r.into_iter().map(|r| r.key).collect::<Vec<_>>();
+    let mut expect: Vec<String> = keys
+        .iter()
+        .filter(|k| k.starts_with("in/"))
+        .cloned()
+        .collect();
+    expect.sort();
+    let all = b
+        .ledger
+        .list_range(SOURCE, &KeyRange::prefix("in/"))
+        .await
+        .unwrap();
+    assert_eq!(listed(all), expect);
+    // (after, through]: exclusive below, inclusive above.
+    let part = b
+        .ledger
+        .list_range(
+            SOURCE,
+            &range("in/", Some("in/010.csv"), Some("in/020.csv")),
+        )
+        .await
+        .unwrap();
+    let want: Vec<String> = (11..=20).map(|i| format!("in/{i:03}.csv")).collect();
+    assert_eq!(listed(part), want);
+    // An `after` below the prefix and a `through` beyond it are cut to the prefix.
+    let wide = b
+        .ledger
+        .list_range(SOURCE, &range("in/1", Some("a"), Some("z")))
+        .await
+        .unwrap();
+    assert_eq!(listed(wide).len(), 30);
+    // An empty range, and the whole source.
+    let empty = b
+        .ledger
+        .list_range(
+            SOURCE,
+            &range("in/", Some("in/050.csv"), Some("in/040.csv")),
+        )
+        .await
+        .unwrap();
+    assert!(empty.is_empty());
+    assert_eq!(
+        b.ledger
+            .list_range(SOURCE, &KeyRange::default())
+            .await
+            .unwrap()
+            .len(),
+        keys.len()
+    );
+
+    let mut asked: Vec<String> = keys.iter().step_by(2).cloned().collect();
+    asked.push("in/never.csv".into());
+    let mut got = listed(b.ledger.get_many(SOURCE, &asked).await.unwrap());
+    got.sort();
+    let mut want: Vec<String> = keys.iter().step_by(2).cloned().collect();
+    want.sort();
+    assert_eq!(got, want);
+    let theirs = b.ledger.get_many("orders_json", &asked).await.unwrap();
+    assert_eq!(theirs.len(), 0, "in/001.csv is not asked for");
+    let theirs = b
+        .ledger
+        .get_many("orders_json", &["in/001.csv".to_string()])
+        .await
+        .unwrap();
+    assert_same(&theirs[0], &other);
+    assert!(b.ledger.get_many(SOURCE, &[]).await.unwrap().is_empty());
 }
 
 fn audit_entry(source_id: &str, at: i64, command: &str) -> AuditEntry {
@@ -1094,6 +1189,79 @@ async fn store_awkward_keys(b: Backends) {
     let pages = list_pages(&b, "a").await;
     let keys: Vec<String> = pages.into_iter().flatten().map(|o| o.key).collect();
     assert_eq!(keys, ["a b", "a+b", "a//b"]);
+}
+
+async fn store_get_range(b: Backends) {
+    let body: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+    let put = b
+        .store
+        .put(
+            &b.bucket,
+            "r/obj",
+            Bytes::from(body.clone()),
+            &no_meta(),
+            &WriteCondition::Absent,
+        )
+        .await
+        .unwrap();
+    let PutOutcome::Written { etag } = put else {
+        panic!("{put:?}")
+    };
+    let get = |range, if_match: Option<String>| {
+        let (store, bucket) = (b.store.clone(), b.bucket.clone());
+        async move {
+            store
+                .get_range(&bucket, "r/obj", range, if_match.as_deref())
+                .await
+                .unwrap()
+        }
+    };
+    let found = |o: RangeOutcome| match o {
+        RangeOutcome::Found { meta, bytes } => (meta, bytes),
+        other => panic!("{other:?}"),
+    };
+    let (meta, tail) = found(get(ByteRange::Suffix(8), Some(etag.clone())).await);
+    assert_eq!((meta.size, meta.etag.as_str()), (100_000, etag.as_str()));
+    assert_eq!(&tail[..], &body[100_000 - 8..]);
+    let (_, span) = found(
+        get(
+            ByteRange::Span {
+                start: 10,
+                end: 1_010,
+            },
+            None,
+        )
+        .await,
+    );
+    assert_eq!(&span[..], &body[10..1_010]);
+    // A suffix longer than the object is the whole object; a span is cut at the end.
+    let (_, whole) = found(get(ByteRange::Suffix(1 << 20), None).await);
+    assert_eq!(whole.len(), 100_000);
+    let (_, cut) = found(
+        get(
+            ByteRange::Span {
+                start: 99_990,
+                end: 200_000,
+            },
+            None,
+        )
+        .await,
+    );
+    assert_eq!(&cut[..], &body[99_990..]);
+    assert!(matches!(
+        get(
+            ByteRange::Suffix(8),
+            Some("0123456789abcdef0123456789abcdef".into())
+        )
+        .await,
+        RangeOutcome::Changed
+    ));
+    let missing = b
+        .store
+        .get_range(&b.bucket, "r/none", ByteRange::Suffix(8), None)
+        .await
+        .unwrap();
+    assert!(matches!(missing, RangeOutcome::NotFound), "{missing:?}");
 }
 
 async fn store_missing_bucket(b: Backends) {

@@ -51,14 +51,15 @@ use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
-    KeyType, Projection, ProjectionType, ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
+    KeyType, KeysAndAttributes, Projection, ProjectionType, ReturnValuesOnConditionCheckFailure,
+    ScalarAttributeType,
 };
 
 use super::failure;
 use crate::config::Mode;
 use crate::error::{LedgerError, Retry};
 use crate::model::{AuditEntry, Record};
-use crate::ports::{Ledger, LedgerWrite};
+use crate::ports::{KeyRange, Ledger, LedgerWrite};
 
 /// Condition of a first write.
 pub const COND_ABSENT: &str = "attribute_not_exists(pk)";
@@ -68,6 +69,9 @@ pub const COND_REV: &str = "rev = :rev";
 pub const INDEX_BY_SOURCE: &str = "by_source";
 /// Shards of the index's partition key per source.
 pub const SHARDS: u64 = 16;
+
+/// Keys per BatchGetItem request (DynamoDB's maximum).
+pub const BATCH_GET_KEYS: usize = 100;
 
 /// Prefix of the `pk` of audit entries.
 pub const AUDIT_PREFIX: &str = "~audit/";
@@ -368,6 +372,128 @@ impl Ledger for DynamoLedger {
         Ok(records)
     }
 
+    async fn get_many(&self, source_id: &str, keys: &[String]) -> Result<Vec<Record>, LedgerError> {
+        let mut records = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(BATCH_GET_KEYS) {
+            let wanted: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|k| HashMap::from([("pk".to_string(), AttributeValue::S(pk(source_id, k)))]))
+                .collect();
+            let mut request = KeysAndAttributes::builder()
+                .set_keys(Some(wanted))
+                .build()
+                .map_err(|e| self.service_err("BatchGetItem", (source_id, ""), build_failure(e)))?;
+            // Unprocessed keys (throttling, the 16 MB answer limit) are asked for again with
+            // a growing pause, as the SDK documentation advises.
+            for attempt in 0.. {
+                let o = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| self.service_err("BatchGetItem", (source_id, ""), failure(&e)))?;
+                for item in o
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default()
+                {
+                    let key = text(&item, "key").unwrap_or_default();
+                    records.push(Self::from_item(source_id, &key, item)?);
+                }
+                match o.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
+                    Some(left) if !left.keys().is_empty() => {
+                        if attempt >= 8 {
+                            return Err(LedgerError::Service {
+                                op: "BatchGetItem",
+                                source_id: source_id.to_string(),
+                                key: String::new(),
+                                message: format!(
+                                    "table {}: {} keys still unprocessed after {attempt} retries",
+                                    self.table,
+                                    left.keys().len()
+                                ),
+                                retry: Retry::Transient,
+                            });
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(25 << attempt)).await;
+                        request = left;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(records)
+    }
+
+    async fn list_range(
+        &self,
+        source_id: &str,
+        range: &KeyRange,
+    ) -> Result<Vec<Record>, LedgerError> {
+        // Bounds on the index's sort key (the object key), applied again exactly below
+        // (BETWEEN is inclusive; `after` is not). Every key under the prefix sorts before the
+        // prefix's successor.
+        let lower = match &range.after {
+            Some(a) if a.as_str() > range.prefix.as_str() => a.clone(),
+            _ => range.prefix.clone(),
+        };
+        let upper = match (&range.through, prefix_successor(&range.prefix)) {
+            (Some(t), Some(s)) => Some(t.clone().min(s)),
+            (t, s) => t.clone().or(s),
+        };
+        if upper.as_ref().is_some_and(|u| &lower > u) {
+            return Ok(Vec::new());
+        }
+        let mut records = Vec::new();
+        for n in 0..SHARDS {
+            let partition = format!("{source_id}#{n:02}");
+            let mut start: Option<HashMap<String, AttributeValue>> = None;
+            loop {
+                let mut q = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(INDEX_BY_SOURCE)
+                    .expression_attribute_values(":p", AttributeValue::S(partition.clone()));
+                // An empty string cannot be a key condition's value.
+                let condition = match (lower.is_empty(), &upper) {
+                    (true, None) => "gsi1pk = :p",
+                    (true, Some(_)) => "gsi1pk = :p AND gsi1sk <= :hi",
+                    (false, None) => "gsi1pk = :p AND gsi1sk >= :lo",
+                    (false, Some(_)) => "gsi1pk = :p AND gsi1sk BETWEEN :lo AND :hi",
+                };
+                if !lower.is_empty() {
+                    q = q.expression_attribute_values(":lo", AttributeValue::S(lower.clone()));
+                }
+                if let Some(hi) = &upper {
+                    q = q.expression_attribute_values(":hi", AttributeValue::S(hi.clone()));
+                }
+                q = q.key_condition_expression(condition);
+                let page = q
+                    .set_limit(self.page_limit)
+                    .set_exclusive_start_key(start.take())
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        self.service_err("Query", (source_id, &range.prefix), failure(&e))
+                    })?;
+                for item in page.items.unwrap_or_default() {
+                    let key = text(&item, "key").unwrap_or_default();
+                    if range.contains(&key) {
+                        records.push(Self::from_item(source_id, &key, item)?);
+                    }
+                }
+                match page.last_evaluated_key {
+                    Some(k) if !k.is_empty() => start = Some(k),
+                    _ => break,
+                }
+            }
+        }
+        records.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(records)
+    }
+
     async fn audit(&self, entry: &AuditEntry) -> Result<(), LedgerError> {
         let id = format!(
             "{AUDIT_PREFIX}{}/{:015}/{}",
@@ -529,10 +655,54 @@ impl Ledger for DynamoLedger {
     }
 }
 
+/// The least string greater than every string that starts with `prefix` (its last character
+/// moved to the next one); `None` for the empty prefix, or one made of U+10FFFF only.
+fn prefix_successor(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = (u32::from(last) + 1..=0x10FFFF).find_map(char::from_u32);
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
+}
+
+/// A request that the SDK refused to build (a required field missing): our bug, not retried.
+fn build_failure(e: aws_sdk_dynamodb::error::BuildError) -> super::Failure {
+    super::Failure {
+        status: None,
+        code: None,
+        retry: Retry::Permanent,
+        message: e.to_string(),
+    }
+}
+
 /// A string attribute of an item.
 fn text(item: &HashMap<String, AttributeValue>, name: &str) -> Option<String> {
     match item.get(name) {
         Some(AttributeValue::S(s)) => Some(s.clone()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_successor;
+
+    #[test]
+    fn the_prefix_successor_bounds_every_key_under_the_prefix() {
+        assert_eq!(prefix_successor("in/").as_deref(), Some("in0"));
+        assert_eq!(prefix_successor(""), None);
+        assert_eq!(prefix_successor("\u{10FFFF}"), None);
+        assert_eq!(prefix_successor("a\u{10FFFF}").as_deref(), Some("b"));
+        // The surrogate gap is skipped.
+        assert_eq!(prefix_successor("\u{D7FF}").as_deref(), Some("\u{E000}"));
+        let s = prefix_successor("in/").unwrap();
+        for key in ["in/", "in/\u{10FFFF}\u{10FFFF}x", "in/你好"] {
+            assert!(key < s.as_str(), "{key:?}");
+        }
+        assert!("in0" >= s.as_str());
     }
 }

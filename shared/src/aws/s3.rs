@@ -12,7 +12,10 @@ use bytes::Bytes;
 
 use super::failure;
 use crate::error::StoreError;
-use crate::ports::{GetOutcome, ListPage, ObjectMeta, ObjectStore, PutOutcome, WriteCondition};
+use crate::ports::{
+    ByteRange, GetOutcome, ListPage, ObjectMeta, ObjectStore, PutOutcome, RangeOutcome,
+    WriteCondition,
+};
 
 /// S3 behind the [`ObjectStore`] port.
 #[derive(Debug, Clone)]
@@ -177,6 +180,75 @@ impl ObjectStore for S3Store {
             }
             Err(e) if is_412(&e) => Ok(GetOutcome::Changed),
             Err(e) if key_missing(&e) => Ok(GetOutcome::NotFound),
+            Err(e) => Err(err("GetObject", bucket, key, &e)),
+        }
+    }
+
+    async fn get_range(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: ByteRange,
+        if_match: Option<&str>,
+    ) -> Result<RangeOutcome, StoreError> {
+        let header = match range {
+            ByteRange::Suffix(n) => format!("bytes=-{n}"),
+            // An empty span still asks for one byte; it is cut off below.
+            ByteRange::Span { start, end } => format!("bytes={start}-{}", end.max(start + 1) - 1),
+        };
+        let req = self
+            .client
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .range(header)
+            .set_if_match(if_match.map(quote));
+        match req.send().await {
+            Ok(o) => {
+                let mut meta = object_meta(
+                    key,
+                    o.e_tag(),
+                    o.content_length(),
+                    o.version_id(),
+                    o.last_modified(),
+                    o.metadata(),
+                );
+                // `Content-Range: bytes a-b/total`: the size of the whole object.
+                if let Some(total) = o
+                    .content_range()
+                    .and_then(|r| r.rsplit_once('/'))
+                    .and_then(|(_, t)| t.parse::<u64>().ok())
+                {
+                    meta.size = total;
+                }
+                let mut bytes = o
+                    .body
+                    .collect()
+                    .await
+                    .map_err(|e| StoreError {
+                        op: "GetObject",
+                        bucket: bucket.to_string(),
+                        key: key.to_string(),
+                        message: format!("reading the range failed: {e}"),
+                        retry: crate::error::Retry::Transient,
+                    })?
+                    .into_bytes();
+                if let ByteRange::Span { start, end } = range {
+                    bytes.truncate(end.saturating_sub(start) as usize);
+                }
+                Ok(RangeOutcome::Found { meta, bytes })
+            }
+            Err(e) if is_412(&e) => Ok(RangeOutcome::Changed),
+            Err(e) if key_missing(&e) => Ok(RangeOutcome::NotFound),
+            // 416: the range starts past the end (an empty object): no bytes.
+            Err(e) if failure(&e).status == Some(416) => match self.head(bucket, key).await? {
+                Some(meta) if if_match.is_none_or(|m| m == meta.etag) => Ok(RangeOutcome::Found {
+                    meta,
+                    bytes: Bytes::new(),
+                }),
+                Some(_) => Ok(RangeOutcome::Changed),
+                None => Ok(RangeOutcome::NotFound),
+            },
             Err(e) => Err(err("GetObject", bucket, key, &e)),
         }
     }

@@ -54,7 +54,10 @@ use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Retry, StoreError};
-use crate::ports::{GetOutcome, ListPage, ObjectMeta, ObjectStore, PutOutcome, WriteCondition};
+use crate::ports::{
+    ByteRange, GetOutcome, ListPage, ObjectMeta, ObjectStore, PutOutcome, RangeOutcome,
+    WriteCondition,
+};
 
 /// Objects per listing page, as S3's default `max-keys`.
 const PAGE_SIZE: usize = 1000;
@@ -672,6 +675,39 @@ impl ObjectStore for FolderStore {
             Ok(GetOutcome::Found {
                 meta,
                 body: Box::pin(tokio::fs::File::from_std(file)),
+            })
+        })
+        .await
+    }
+
+    async fn get_range(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: ByteRange,
+        if_match: Option<&str>,
+    ) -> Result<RangeOutcome, StoreError> {
+        let if_match = if_match.map(str::to_owned);
+        self.run("GetObject", bucket, key, move |op| {
+            let b = op.bucket()?;
+            let path = op.object_path(&b)?;
+            let Some((meta, mut file)) = b.read(op, &path)? else {
+                return Ok(RangeOutcome::NotFound);
+            };
+            if if_match.is_some_and(|etag| etag != meta.etag) {
+                return Ok(RangeOutcome::Changed);
+            }
+            let (start, end) = match range {
+                ByteRange::Suffix(n) => (meta.size.saturating_sub(n), meta.size),
+                ByteRange::Span { start, end } => (start.min(meta.size), end.min(meta.size)),
+            };
+            let mut bytes = vec![0; end.saturating_sub(start) as usize];
+            file.seek(io::SeekFrom::Start(start))
+                .and_then(|_| file.read_exact(&mut bytes))
+                .map_err(|e| op.io(e))?;
+            Ok(RangeOutcome::Found {
+                meta,
+                bytes: Bytes::from(bytes),
             })
         })
         .await

@@ -48,7 +48,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 use crate::config::Mode;
 use crate::error::{LedgerError, Retry};
 use crate::model::{AuditEntry, Record, Target};
-use crate::ports::{Ledger, LedgerWrite};
+use crate::ports::{KeyRange, Ledger, LedgerWrite};
 
 /// The schema this code reads and writes (`PRAGMA user_version`).
 const SCHEMA_VERSION: i32 = 2;
@@ -383,6 +383,49 @@ impl Ledger for SqliteLedger {
 
     async fn list(&self, source_id: &str) -> Result<Vec<Record>, LedgerError> {
         self.list_all(Some(source_id)).await
+    }
+
+    async fn get_many(&self, source_id: &str, keys: &[String]) -> Result<Vec<Record>, LedgerError> {
+        let (s, keys) = (source_id.to_owned(), keys.to_vec());
+        self.call("get_many", source_id, "", move |conn| {
+            let mut found = Vec::new();
+            for k in &keys {
+                found.extend(select(conn, &s, k)?);
+            }
+            Ok(found)
+        })
+        .await
+    }
+
+    async fn list_range(
+        &self,
+        source_id: &str,
+        range: &KeyRange,
+    ) -> Result<Vec<Record>, LedgerError> {
+        let (s, range) = (source_id.to_owned(), range.clone());
+        self.call(
+            "list_range",
+            source_id,
+            &range.prefix.clone(),
+            move |conn| {
+                // Keys compare as their UTF-8 bytes (SQLite's BINARY collation), as in S3.
+                let mut stmt = conn.prepare(
+                    "SELECT key, record FROM ledger WHERE source_id = ?1 AND key >= ?2 \
+                 AND (?3 IS NULL OR key > ?3) AND (?4 IS NULL OR key <= ?4) ORDER BY key",
+                )?;
+                let mut rows = stmt.query(params![s, range.prefix, range.after, range.through])?;
+                let mut found = Vec::new();
+                while let Some(row) = rows.next()? {
+                    let (key, json): (String, String) = (row.get(0)?, row.get(1)?);
+                    if !key.starts_with(&range.prefix) {
+                        break;
+                    }
+                    found.push(decode(&s, &key, &json)?);
+                }
+                Ok(found)
+            },
+        )
+        .await
     }
 
     async fn audit(&self, entry: &AuditEntry) -> Result<(), LedgerError> {

@@ -29,6 +29,20 @@ pub struct StoreError {
     pub retry: Retry,
 }
 
+/// A queue call failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} {queue}: {message}")]
+pub struct QueueError {
+    /// The operation (`SendMessageBatch`, …).
+    pub op: &'static str,
+    /// The queue (URL, or the local queue's file and name).
+    pub queue: String,
+    /// What the service or the transport said.
+    pub message: String,
+    /// Whether to retry.
+    pub retry: Retry,
+}
+
 /// A ledger call failed (lost races are outcomes, not errors).
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -91,6 +105,9 @@ pub enum ProcessError {
     /// A ledger call failed.
     #[error(transparent)]
     Ledger(#[from] LedgerError),
+    /// A queue call failed.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
     /// Another worker took the claim over (our lease expired); our work is discarded.
     #[error("s3://{bucket}/{key}: {source}")]
     ClaimLost {
@@ -167,6 +184,7 @@ impl ProcessError {
             ProcessError::Store(e) => e.retry == Retry::Transient,
             ProcessError::Ledger(LedgerError::Service { retry, .. }) => *retry == Retry::Transient,
             ProcessError::Ledger(LedgerError::Corrupt { .. }) => false,
+            ProcessError::Queue(e) => e.retry == Retry::Transient,
             ProcessError::ClaimLost { .. } | ProcessError::StaleOutput { .. } => false,
             ProcessError::OutputContended { .. }
             | ProcessError::Crashed(_)
@@ -184,6 +202,7 @@ impl ProcessError {
         match self {
             ProcessError::Store(e) => e.retry == Retry::Transient,
             ProcessError::Ledger(LedgerError::Service { retry, .. }) => *retry == Retry::Transient,
+            ProcessError::Queue(e) => e.retry == Retry::Transient,
             ProcessError::OutputContended { .. } | ProcessError::SourceBusy { .. } => true,
             _ => false,
         }

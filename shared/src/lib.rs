@@ -30,6 +30,7 @@ pub mod convert;
 pub mod error;
 pub mod events;
 pub mod ingest;
+pub mod jobs;
 pub mod local;
 pub mod model;
 pub mod ports;

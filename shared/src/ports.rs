@@ -15,7 +15,8 @@ use bytes::Bytes;
 use tokio::io::AsyncRead;
 
 use crate::config::Mode;
-use crate::error::{LedgerError, StoreError};
+use crate::error::{LedgerError, QueueError, StoreError};
+use crate::jobs::{Job, JobCounts};
 use crate::model::{AuditEntry, Record};
 
 /// What the store knows of one object.
@@ -236,10 +237,53 @@ pub enum LedgerWrite {
     Conflict(Option<Box<Record>>),
 }
 
-/// The durable record of how far each key got. Each write is conditional on the record's
-/// revision; the rules of what to write live in [`crate::protocol`].
+/// The answer to a conditional write of a job record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobWrite {
+    /// Written.
+    Written,
+    /// The revision moved (or the job is gone): the job as it is now.
+    Conflict(Option<Box<Job>>),
+}
+
+/// Bulk jobs, kept in the ledger's store (see [`crate::jobs`]): the job record written by its
+/// planner, and counts its workers add to once per finished message.
 #[async_trait]
-pub trait Ledger: Send + Sync {
+pub trait JobStore: Send + Sync {
+    /// Write a new job; `false` if a job with its id exists.
+    async fn create_job(&self, job: &Job) -> Result<bool, LedgerError>;
+
+    /// Replace the job record only if its stored revision is `expected_rev`.
+    async fn replace_job(&self, job: &Job, expected_rev: u64) -> Result<JobWrite, LedgerError>;
+
+    /// The job and its counts, if there is such a job.
+    async fn get_job(&self, id: &str) -> Result<Option<(Job, JobCounts)>, LedgerError>;
+
+    /// The most recent jobs (by start time, newest first), at most `limit`, with their counts.
+    async fn list_jobs(&self, limit: usize) -> Result<Vec<(Job, JobCounts)>, LedgerError>;
+
+    /// Add `counts` (the outcomes of message `message`'s items) to job `job_id`'s counts,
+    /// once: `false` when this message was counted already (a redelivered message, or one
+    /// a restarted planner sent again) and nothing was added. The mark and the addition are
+    /// one atomic write.
+    async fn finish_message(
+        &self,
+        job_id: &str,
+        message: u64,
+        counts: &JobCounts,
+        now: i64,
+    ) -> Result<bool, LedgerError>;
+
+    /// Count `n` failed attempts at items of job `job_id` (their messages come back): not
+    /// idempotent, a gauge of trouble rather than a count of objects.
+    async fn add_failures(&self, job_id: &str, n: u64, now: i64) -> Result<(), LedgerError>;
+}
+
+/// The durable record of how far each key got. Each write is conditional on the record's
+/// revision; the rules of what to write live in [`crate::protocol`]. The same store keeps the
+/// bulk jobs ([`JobStore`]).
+#[async_trait]
+pub trait Ledger: JobStore + Send + Sync {
     /// The record of `(source_id, key)`, if any.
     async fn get(&self, source_id: &str, key: &str) -> Result<Option<Record>, LedgerError>;
 
@@ -300,6 +344,54 @@ pub trait Ledger: Send + Sync {
         mode: Mode,
         at: i64,
     ) -> Result<(), LedgerError>;
+}
+
+/// A message taken from a queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueMessage {
+    /// The queue's id of the message.
+    pub id: String,
+    /// The handle that deletes it (one per receive).
+    pub receipt: String,
+    /// The body.
+    pub body: String,
+    /// How many times it has been received, this time included.
+    pub receive_count: u32,
+    /// When it was first sent (ms since the epoch).
+    pub sent_at: i64,
+}
+
+/// How many messages a queue holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueDepth {
+    /// Waiting to be received.
+    pub visible: u64,
+    /// Received and not yet deleted (being worked on, or waiting out their visibility timeout).
+    pub in_flight: u64,
+}
+
+/// A work queue with at-least-once delivery: Amazon SQS, or a local SQLite table. Bulk
+/// paths send work items to it; the fleet takes them (on AWS, through the event source
+/// mapping of the ingest or reconcile function; locally, through [`crate::fleet`]).
+#[async_trait]
+pub trait WorkQueue: Send + Sync {
+    /// Send these message bodies (batched as the queue allows: 10 per SQS request).
+    async fn send(&self, bodies: &[String]) -> Result<(), QueueError>;
+
+    /// Take up to `max` messages, hidden from other receivers for `visibility_ms`, waiting up
+    /// to `wait_ms` for the first one.
+    async fn receive(
+        &self,
+        max: usize,
+        visibility_ms: u64,
+        wait_ms: u64,
+    ) -> Result<Vec<QueueMessage>, QueueError>;
+
+    /// Delete a handled message.
+    async fn delete(&self, receipt: &str) -> Result<(), QueueError>;
+
+    /// How many messages it holds (approximate on SQS).
+    async fn depth(&self) -> Result<QueueDepth, QueueError>;
 }
 
 /// Keys that start with `prefix` and sort after `after` (when given) and not after `through`

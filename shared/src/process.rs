@@ -110,10 +110,44 @@ impl Default for Settings {
 /// Who is working and until when.
 #[derive(Debug, Clone)]
 pub struct RunContext {
-    /// Id of this run (the Lambda request id, or a CLI run id).
+    /// Id of this run (the Lambda request id, or a CLI run id); recorded on claims, commits
+    /// and outputs. Work of a bulk job runs as `<job id>/<request id>`.
     pub run_id: String,
     /// The invocation deadline, ms since the epoch: leases end a margin after it.
     pub deadline_ms: i64,
+    /// The bulk job (backfill) this work belongs to, if any: a version the same job
+    /// committed earlier (an SQS message delivered again) then counts as processed by the
+    /// job, not as someone else's duplicate.
+    pub job: Option<String>,
+}
+
+impl RunContext {
+    /// A run outside any job.
+    pub fn new(run_id: impl Into<String>, deadline_ms: i64) -> Self {
+        Self {
+            run_id: run_id.into(),
+            deadline_ms,
+            job: None,
+        }
+    }
+
+    /// The context of job `job`'s work in invocation `request_id`.
+    pub fn for_job(job: &str, request_id: &str, deadline_ms: i64) -> Self {
+        Self {
+            run_id: format!("{job}/{request_id}"),
+            deadline_ms,
+            job: Some(job.to_string()),
+        }
+    }
+
+    /// Was `run_id` (of a commit) a run of this context's job?
+    pub fn same_job(&self, run_id: &str) -> bool {
+        self.job.as_deref().is_some_and(|job| {
+            run_id
+                .strip_prefix(job)
+                .is_some_and(|rest| rest.starts_with('/'))
+        })
+    }
 }
 
 /// What happened to one object event for one source. None of these is an error.

@@ -45,10 +45,11 @@ use serde_json::{Value, json};
 use tidemark::config::{Config, Mode};
 use tidemark::error::{LedgerError, ProcessError, Retry, StoreError};
 use tidemark::ingest::{self, Summary};
+use tidemark::jobs::{Job, JobCounts};
 use tidemark::model::{AuditEntry, Record, Status, Target};
 use tidemark::ports::{
-    ByteRange, Clock, GetOutcome, KeyRange, Ledger, LedgerWrite, ListPage, ObjectMeta, ObjectStore,
-    PutOutcome, RangeOutcome, WriteCondition,
+    ByteRange, Clock, GetOutcome, JobStore, JobWrite, KeyRange, Ledger, LedgerWrite, ListPage,
+    ObjectMeta, ObjectStore, PutOutcome, RangeOutcome, WriteCondition,
 };
 use tidemark::process::{Faults, NoFaults, Pipeline, RunContext, Step};
 use tidemark::reconcile::{self, Options, Window};
@@ -645,6 +646,47 @@ impl FaultyLedger {
             }
             None => Ok(out),
         }
+    }
+}
+
+#[async_trait]
+impl JobStore for FaultyLedger {
+    async fn create_job(&self, job: &Job) -> Result<bool, LedgerError> {
+        self.before("PutItem", "(job)", &job.id)?;
+        self.inner.create_job(job).await
+    }
+
+    async fn replace_job(&self, job: &Job, expected_rev: u64) -> Result<JobWrite, LedgerError> {
+        self.before("PutItem", "(job)", &job.id)?;
+        self.inner.replace_job(job, expected_rev).await
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<(Job, JobCounts)>, LedgerError> {
+        self.before("GetItem", "(job)", id)?;
+        self.inner.get_job(id).await
+    }
+
+    async fn list_jobs(&self, limit: usize) -> Result<Vec<(Job, JobCounts)>, LedgerError> {
+        self.before("Query", "(job)", "")?;
+        self.inner.list_jobs(limit).await
+    }
+
+    async fn finish_message(
+        &self,
+        job_id: &str,
+        message: u64,
+        counts: &JobCounts,
+        now: i64,
+    ) -> Result<bool, LedgerError> {
+        self.before("TransactWriteItems", "(job)", job_id)?;
+        self.inner
+            .finish_message(job_id, message, counts, now)
+            .await
+    }
+
+    async fn add_failures(&self, job_id: &str, n: u64, now: i64) -> Result<(), LedgerError> {
+        self.before("UpdateItem", "(job)", job_id)?;
+        self.inner.add_failures(job_id, n, now).await
     }
 }
 
@@ -1328,10 +1370,10 @@ async fn worker(
             .iter()
             .map(|m| (m.id.as_str(), m.body.clone()))
             .collect());
-        let ctx = RunContext {
-            run_id: format!("chaos-w{w}-{}", t.invocations),
-            deadline_ms: pipeline.clock.now_ms(),
-        };
+        let ctx = RunContext::new(
+            format!("chaos-w{w}-{}", t.invocations),
+            pipeline.clock.now_ms(),
+        );
         let response = ingest::handle(&pipeline, &payload, &ctx, concurrency)
             .await
             .expect("an SQS batch of S3 notifications decodes");
@@ -2520,10 +2562,7 @@ pub async fn run(b: &Backends, cfg: ChaosConfig) -> ChaosReport {
     let mut reconcile_mismatches = 0;
     let mut reconcile_notes = Vec::new();
     for source in &config.sources {
-        let ctx = RunContext {
-            run_id: "chaos-reconcile-1".into(),
-            deadline_ms: b.clock.now_ms(),
-        };
+        let ctx = RunContext::new("chaos-reconcile-1", b.clock.now_ms());
         let r = reconcile::reconcile_source(&clean, source, window, opts(true), &ctx)
             .await
             .unwrap_or_else(|e| panic!("reconcile {}: {e}", source.id()));
@@ -2561,10 +2600,7 @@ pub async fn run(b: &Backends, cfg: ChaosConfig) -> ChaosReport {
     let mut second_reconcile = Vec::new();
     let mut second_totals = Vec::new();
     for source in &config.sources {
-        let ctx = RunContext {
-            run_id: "chaos-reconcile-2".into(),
-            deadline_ms: b.clock.now_ms(),
-        };
+        let ctx = RunContext::new("chaos-reconcile-2", b.clock.now_ms());
         let r = reconcile::reconcile_source(&clean, source, window, opts(false), &ctx)
             .await
             .unwrap_or_else(|e| panic!("reconcile {}: {e}", source.id()));

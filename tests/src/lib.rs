@@ -121,10 +121,7 @@ impl Stack {
     /// A run context whose deadline is "now" on the test clock (the lease is the margin).
     pub fn ctx(&self, run_id: &str) -> RunContext {
         use tidemark::ports::Clock;
-        RunContext {
-            run_id: run_id.to_string(),
-            deadline_ms: self.clock.now_ms(),
-        }
+        RunContext::new(run_id.to_string(), self.clock.now_ms())
     }
 
     /// Move the test clock past every lease taken so far.
@@ -386,10 +383,7 @@ impl Backends {
     /// A run context with a deadline at the test clock's now.
     pub fn ctx(&self, run_id: &str) -> RunContext {
         use tidemark::ports::Clock;
-        RunContext {
-            run_id: run_id.into(),
-            deadline_ms: self.clock.now_ms(),
-        }
+        RunContext::new(run_id, self.clock.now_ms())
     }
 
     /// Write `body` to the landing bucket (replacing what is there); no event is sent.

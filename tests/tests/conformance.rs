@@ -16,13 +16,14 @@ use futures::StreamExt;
 use tidemark::aws::dynamodb::DynamoLedger;
 use tidemark::aws::s3::S3Store;
 use tidemark::config::Mode;
+use tidemark::jobs::{Job, JobCounts, JobKind, PendingPage, Plan};
 use tidemark::local::{FolderStore, SqliteLedger};
 use tidemark::model::{
     AuditEntry, Claim, Committed, DeleteRef, OutputRef, Record, Status, Target, VersionRef,
 };
 use tidemark::ports::{
-    ByteRange, GetOutcome, KeyRange, Ledger, LedgerWrite, ObjectMeta, ObjectStore, PutOutcome,
-    RangeOutcome, WriteCondition,
+    ByteRange, GetOutcome, JobWrite, KeyRange, Ledger, LedgerWrite, ObjectMeta, ObjectStore,
+    PutOutcome, RangeOutcome, WriteCondition,
 };
 use tidemark_tests::Stack;
 use tokio::io::AsyncReadExt;
@@ -132,6 +133,7 @@ conformance!(
     ledger_delete_is_conditional_on_the_rev,
     ledger_list_returns_one_sources_records_in_key_order,
     ledger_list_range_and_get_many,
+    jobs_round_trip_and_count_each_message_once,
     ledger_audit_log_round_trips_and_filters_by_source,
     ledger_source_mode_round_trips,
     store_put_absent_twice,
@@ -608,6 +610,125 @@ async fn ledger_list_range_and_get_many(b: Backends) {
         .unwrap();
     assert_same(&theirs[0], &other);
     assert!(b.ledger.get_many(SOURCE, &[]).await.unwrap().is_empty());
+}
+
+fn job(id: &str, started_at: i64) -> Job {
+    Job {
+        id: id.into(),
+        kind: JobKind::Backfill,
+        source_id: SOURCE.into(),
+        request: serde_json::json!({"source": SOURCE, "prefix": "in/", "max_objects": null}),
+        rev: 1,
+        started_at,
+        updated_at: started_at,
+        plan: Plan::default(),
+    }
+}
+
+async fn jobs_round_trip_and_count_each_message_once(b: Backends) {
+    let first = job("bf-a", 1_000);
+    assert!(b.ledger.create_job(&first).await.unwrap());
+    assert!(!b.ledger.create_job(&first).await.unwrap(), "the id exists");
+    let (got, counts) = b.ledger.get_job("bf-a").await.unwrap().unwrap();
+    assert_eq!(got, first);
+    assert_eq!(counts, JobCounts::default());
+    assert!(b.ledger.get_job("bf-none").await.unwrap().is_none());
+
+    // The planner's writes are conditional on the revision.
+    let mut next = first.clone();
+    next.rev = 2;
+    next.plan = Plan {
+        cursor: Some("in/你好 😊".into()),
+        listed: 10,
+        enqueued: 7,
+        messages: 2,
+        next_message: 2,
+        pending: Some(PendingPage {
+            after: None,
+            through: "in/z".into(),
+            first_message: 0,
+            messages: 2,
+        }),
+        ..Plan::default()
+    };
+    assert_eq!(
+        b.ledger.replace_job(&next, 1).await.unwrap(),
+        JobWrite::Written
+    );
+    let mut stale = first.clone();
+    stale.rev = 2;
+    match b.ledger.replace_job(&stale, 1).await.unwrap() {
+        JobWrite::Conflict(Some(now)) => assert_eq!(*now, next),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.ledger.get_job("bf-a").await.unwrap().unwrap().0, next);
+
+    // Each message is counted once, however often it is finished, from any handle.
+    let counts = |processed, rows| JobCounts {
+        messages: 1,
+        items: processed + 1,
+        processed,
+        duplicate: 1,
+        rows,
+        ..JobCounts::default()
+    };
+    let (_, other_ledger) = (b.connect)();
+    let mut finishes = futures::stream::iter(0..40u64)
+        .map(|i| {
+            let ledger = if i % 2 == 0 {
+                b.ledger.clone()
+            } else {
+                other_ledger.clone()
+            };
+            async move {
+                let message = i % 20;
+                ledger
+                    .finish_message(
+                        "bf-a",
+                        message,
+                        &counts(message, 10 * message),
+                        5_000 + i as i64,
+                    )
+                    .await
+                    .unwrap()
+            }
+        })
+        .buffer_unordered(8);
+    let mut firsts = 0;
+    while let Some(first) = finishes.next().await {
+        firsts += u64::from(first);
+    }
+    assert_eq!(firsts, 20, "20 messages, each counted once");
+    b.ledger.add_failures("bf-a", 3, 9_000).await.unwrap();
+    b.ledger.add_failures("bf-a", 2, 9_001).await.unwrap();
+    let (_, total) = b.ledger.get_job("bf-a").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            total.messages,
+            total.items,
+            total.processed,
+            total.duplicate,
+            total.rows
+        ),
+        (20, 210, 190, 20, 1_900)
+    );
+    assert_eq!((total.failures, total.updated_at), (5, 9_001));
+
+    // Newest first; another job's counts are its own.
+    b.ledger.create_job(&job("bf-b", 3_000)).await.unwrap();
+    b.ledger.create_job(&job("bf-c", 2_000)).await.unwrap();
+    b.ledger
+        .finish_message("bf-b", 0, &counts(4, 4), 1)
+        .await
+        .unwrap();
+    let listed = b.ledger.list_jobs(10).await.unwrap();
+    let ids: Vec<&str> = listed.iter().map(|(j, _)| j.id.as_str()).collect();
+    assert_eq!(ids, ["bf-b", "bf-c", "bf-a"]);
+    assert_eq!(listed[0].1.processed, 4);
+    assert_eq!(listed[2].1.processed, 190);
+    assert_eq!(b.ledger.list_jobs(2).await.unwrap().len(), 2);
+    // Jobs never show up among a source's records.
+    assert!(b.ledger.list(SOURCE).await.unwrap().is_empty());
 }
 
 fn audit_entry(source_id: &str, at: i64, command: &str) -> AuditEntry {

@@ -81,10 +81,7 @@ pub(crate) async fn function_handler(
     let req: Request =
         serde_json::from_value(event.payload).map_err(|e| HandlerError::Payload(e.to_string()))?;
     let deadline_ms = i64::try_from(event.context.deadline).unwrap_or(i64::MAX / 2);
-    let ctx = RunContext {
-        run_id: event.context.request_id.clone(),
-        deadline_ms,
-    };
+    let ctx = RunContext::new(event.context.request_id.clone(), deadline_ms);
     let resp = backfill::run(
         &deps.pipeline,
         &deps.config,

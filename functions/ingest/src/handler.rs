@@ -46,10 +46,10 @@ pub(crate) async fn function_handler(
     concurrency: usize,
     event: LambdaEvent<Value>,
 ) -> Result<Value, HandlerError> {
-    let ctx = RunContext {
-        run_id: event.context.request_id.clone(),
-        deadline_ms: i64::try_from(event.context.deadline).unwrap_or(i64::MAX / 2),
-    };
+    let ctx = RunContext::new(
+        event.context.request_id.clone(),
+        i64::try_from(event.context.deadline).unwrap_or(i64::MAX / 2),
+    );
     let response = ingest::handle(pipeline, &event.payload, &ctx, concurrency).await?;
     tracing::info!(summary = ?response.summary, retry_messages = response.retry_messages.len(), "invocation done");
     if response.must_fail() {

@@ -33,10 +33,7 @@ pub(crate) async fn function_handler(
     event: LambdaEvent<Value>,
 ) -> Result<Value, HandlerError> {
     let deadline_ms = i64::try_from(event.context.deadline).unwrap_or(i64::MAX / 2);
-    let ctx = RunContext {
-        run_id: event.context.request_id.clone(),
-        deadline_ms,
-    };
+    let ctx = RunContext::new(event.context.request_id.clone(), deadline_ms);
     let (report, keys) = reconcile::handle(
         pipeline,
         config,

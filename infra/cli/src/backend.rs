@@ -108,10 +108,7 @@ impl Backend {
 
     /// A run context for one object of run `run_id`: its lease runs from now.
     pub fn ctx(&self, run_id: &str) -> RunContext {
-        RunContext {
-            run_id: run_id.to_string(),
-            deadline_ms: self.now() + CLAIM_DEADLINE_MS,
-        }
+        RunContext::new(run_id.to_string(), self.now() + CLAIM_DEADLINE_MS)
     }
 
     /// The source `id`, which must be in the configuration.

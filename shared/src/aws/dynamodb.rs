@@ -34,8 +34,16 @@
 //! | `~audit/<source_id>/<at, 15 digits>/<uuid>` | `at` N, `source_id` S, `command` S, `args` S (JSON), `affected` N, `operator` S | one audit log entry |
 //! | `~source/<source_id>` | `source_id` S, `mode` S, `updated_at` N | the operator's mode override (`tidemark mode`) |
 //!
+//! | `~job/<id>` | `id`, `kind`, `source_id`, `request` (M), `rev` N, `started_at` N, `updated_at` N, `plan` (M); `gsi1pk` = `~jobs`, `gsi1sk` = `<started_at, 15 digits>/<id>` | a bulk job and its planner's progress ([`crate::jobs::Job`]) |
+//! | `~job/<id>/c<00-15>` | `job_id`, `messages`, `items`, `processed`, `duplicate`, `skipped`, `quarantined`, `rows`, `failures` (N, added to), `updated_at` N | one of a job's 16 counter shards |
+//! | `~job/<id>/m<n>` | `job_id`, `at` N, `expires_at` N (TTL, seconds) | message `n` of the job is counted |
+//!
 //! The audit log is read with a Scan filtered on `begins_with(pk, "~audit/…")`: fine for an
 //! operator command that runs rarely, and it keeps the audit log off the hot path entirely.
+//! Jobs are listed from the `by_source` index's `~jobs` partition (newest first), which no
+//! source's records share. A worker that finishes a message writes its mark and adds to one
+//! counter shard in one `TransactWriteItems`; a mark that exists cancels the transaction, so a
+//! redelivered message is counted once.
 //!
 //! # Reading a source's records
 //! [`Ledger::list`] queries `by_source` on each of the 16 shards, following
@@ -49,17 +57,19 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
-    KeyType, KeysAndAttributes, Projection, ProjectionType, ReturnValuesOnConditionCheckFailure,
-    ScalarAttributeType,
+    KeyType, KeysAndAttributes, Projection, ProjectionType, Put,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TransactWriteItem, Update,
 };
 
 use super::failure;
 use crate::config::Mode;
 use crate::error::{LedgerError, Retry};
+use crate::jobs::{Job, JobCounts};
 use crate::model::{AuditEntry, Record};
-use crate::ports::{KeyRange, Ledger, LedgerWrite};
+use crate::ports::{JobStore, JobWrite, KeyRange, Ledger, LedgerWrite};
 
 /// Condition of a first write.
 pub const COND_ABSENT: &str = "attribute_not_exists(pk)";
@@ -69,6 +79,17 @@ pub const COND_REV: &str = "rev = :rev";
 pub const INDEX_BY_SOURCE: &str = "by_source";
 /// Shards of the index's partition key per source.
 pub const SHARDS: u64 = 16;
+
+/// Prefix of the `pk` of bulk jobs, their counter shards and their message marks.
+pub const JOB_PREFIX: &str = "~job/";
+/// The `gsi1pk` under which jobs are listed in the `by_source` index (no source id can be it).
+pub const JOBS_PARTITION: &str = "~jobs";
+/// Counter items per job: workers finishing messages spread their additions over them, so no
+/// item takes more than a sixteenth of a large job's writes.
+pub const JOB_SHARDS: u64 = 16;
+/// How long a message mark is kept (TTL), seconds: far longer than a message can be
+/// redelivered (SQS keeps a message 14 days at most).
+pub const MARK_TTL_S: i64 = 30 * 24 * 3600;
 
 /// Keys per BatchGetItem request (DynamoDB's maximum).
 pub const BATCH_GET_KEYS: usize = 100;
@@ -202,6 +223,64 @@ impl DynamoLedger {
         }
     }
 
+    /// The items of these partition keys (absent ones are left out), by BatchGetItem, 100
+    /// keys a request. Unprocessed keys (throttling, the 16 MB answer limit) are asked for
+    /// again after a growing pause, as the DynamoDB documentation advises.
+    async fn batch_get(
+        &self,
+        pks: Vec<String>,
+        consistent: bool,
+        source_id: &str,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, LedgerError> {
+        let mut items = Vec::with_capacity(pks.len());
+        for chunk in pks.chunks(BATCH_GET_KEYS) {
+            let wanted: Vec<HashMap<String, AttributeValue>> = chunk
+                .iter()
+                .map(|k| HashMap::from([("pk".to_string(), AttributeValue::S(k.clone()))]))
+                .collect();
+            let mut request = KeysAndAttributes::builder()
+                .set_keys(Some(wanted))
+                .consistent_read(consistent)
+                .build()
+                .map_err(|e| self.service_err("BatchGetItem", (source_id, ""), build_failure(e)))?;
+            for attempt in 0.. {
+                let o = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .send()
+                    .await
+                    .map_err(|e| self.service_err("BatchGetItem", (source_id, ""), failure(&e)))?;
+                items.extend(
+                    o.responses
+                        .and_then(|mut r| r.remove(&self.table))
+                        .unwrap_or_default(),
+                );
+                match o.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
+                    Some(left) if !left.keys().is_empty() => {
+                        if attempt >= 8 {
+                            return Err(LedgerError::Service {
+                                op: "BatchGetItem",
+                                source_id: source_id.to_string(),
+                                key: String::new(),
+                                message: format!(
+                                    "table {}: {} keys still unprocessed after {attempt} retries",
+                                    self.table,
+                                    left.keys().len()
+                                ),
+                                retry: Retry::Transient,
+                            });
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(25 << attempt)).await;
+                        request = left;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(items)
+    }
+
     /// Create the table (on-demand, with the `by_source` index) unless it exists, and wait
     /// until it is active. For the local stack and first-time setup; the SAM template
     /// declares the same table.
@@ -273,6 +352,301 @@ impl DynamoLedger {
             message: format!("table {} did not become active", self.table),
             retry: Retry::Transient,
         })
+    }
+}
+
+/// Names of the counters of [`JobCounts`] as attributes of a counter item.
+const COUNTERS: [&str; 8] = [
+    "messages",
+    "items",
+    "processed",
+    "duplicate",
+    "skipped",
+    "quarantined",
+    "rows",
+    "failures",
+];
+
+fn counter_values(c: &JobCounts) -> [u64; 8] {
+    [
+        c.messages,
+        c.items,
+        c.processed,
+        c.duplicate,
+        c.skipped,
+        c.quarantined,
+        c.rows,
+        c.failures,
+    ]
+}
+
+fn job_pk(id: &str) -> String {
+    format!("{JOB_PREFIX}{id}")
+}
+
+fn shard_pk(id: &str, shard: u64) -> String {
+    format!("{JOB_PREFIX}{id}/c{shard:02}")
+}
+
+impl DynamoLedger {
+    fn job_err(&self, op: &'static str, id: &str, f: super::Failure) -> LedgerError {
+        self.service_err(op, ("(job)", id), f)
+    }
+
+    fn job_item(&self, job: &Job) -> Result<HashMap<String, AttributeValue>, LedgerError> {
+        let mut item: HashMap<String, AttributeValue> =
+            serde_dynamo::to_item(job).map_err(|e| LedgerError::Corrupt {
+                source_id: "(job)".into(),
+                key: job.id.clone(),
+                message: e.to_string(),
+            })?;
+        item.insert("pk".into(), AttributeValue::S(job_pk(&job.id)));
+        item.insert("gsi1pk".into(), AttributeValue::S(JOBS_PARTITION.into()));
+        item.insert(
+            "gsi1sk".into(),
+            AttributeValue::S(format!("{:015}/{}", job.started_at.max(0), job.id)),
+        );
+        Ok(item)
+    }
+
+    fn job_from_item(mut item: HashMap<String, AttributeValue>) -> Result<Job, LedgerError> {
+        let id = text(&item, "id").unwrap_or_default();
+        for k in ["pk", "gsi1pk", "gsi1sk"] {
+            item.remove(k);
+        }
+        serde_dynamo::from_item(item).map_err(|e| LedgerError::Corrupt {
+            source_id: "(job)".into(),
+            key: id,
+            message: e.to_string(),
+        })
+    }
+
+    /// The counts of job `id`: its counter items added up (read consistently).
+    async fn job_counts(&self, id: &str) -> Result<JobCounts, LedgerError> {
+        let pks = (0..JOB_SHARDS).map(|n| shard_pk(id, n)).collect();
+        let mut total = JobCounts::default();
+        for item in self.batch_get(pks, true, "(job)").await? {
+            let number = |name: &str| match item.get(name) {
+                Some(AttributeValue::N(n)) => n.parse::<i64>().unwrap_or(0),
+                _ => 0,
+            };
+            let v: Vec<u64> = COUNTERS
+                .iter()
+                .map(|c| u64::try_from(number(c)).unwrap_or(0))
+                .collect();
+            total.add(&JobCounts {
+                messages: v[0],
+                items: v[1],
+                processed: v[2],
+                duplicate: v[3],
+                skipped: v[4],
+                quarantined: v[5],
+                rows: v[6],
+                failures: v[7],
+                updated_at: number("updated_at"),
+            });
+        }
+        Ok(total)
+    }
+
+    /// The update adding `counts` to a counter item.
+    fn add_to_shard(
+        &self,
+        id: &str,
+        shard: u64,
+        counts: &JobCounts,
+        now: i64,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        let mut adds = Vec::new();
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(shard_pk(id, shard)));
+        for (i, (name, value)) in COUNTERS.iter().zip(counter_values(counts)).enumerate() {
+            adds.push(format!("#c{i} :c{i}"));
+            req = req
+                .expression_attribute_names(format!("#c{i}"), *name)
+                .expression_attribute_values(
+                    format!(":c{i}"),
+                    AttributeValue::N(value.to_string()),
+                );
+        }
+        req.update_expression(format!(
+            "ADD {} SET #at = :now, #job = :job",
+            adds.join(", ")
+        ))
+        .expression_attribute_names("#at", "updated_at")
+        .expression_attribute_names("#job", "job_id")
+        .expression_attribute_values(":now", AttributeValue::N(now.to_string()))
+        .expression_attribute_values(":job", AttributeValue::S(id.to_string()))
+    }
+}
+
+#[async_trait]
+impl JobStore for DynamoLedger {
+    async fn create_job(&self, job: &Job) -> Result<bool, LedgerError> {
+        let req = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(self.job_item(job)?))
+            .condition_expression(COND_ABSENT);
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e) => match e.as_service_error() {
+                Some(PutItemError::ConditionalCheckFailedException(_)) => Ok(false),
+                _ => Err(self.job_err("PutItem", &job.id, failure(&e))),
+            },
+        }
+    }
+
+    async fn replace_job(&self, job: &Job, expected_rev: u64) -> Result<JobWrite, LedgerError> {
+        let req = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(self.job_item(job)?))
+            .condition_expression(COND_REV)
+            .expression_attribute_values(":rev", AttributeValue::N(expected_rev.to_string()))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld);
+        match req.send().await {
+            Ok(_) => Ok(JobWrite::Written),
+            Err(e) => {
+                if let Some(PutItemError::ConditionalCheckFailedException(c)) = e.as_service_error()
+                {
+                    let current = c
+                        .item()
+                        .filter(|i| !i.is_empty())
+                        .map(|i| Self::job_from_item(i.clone()))
+                        .transpose()?;
+                    return Ok(JobWrite::Conflict(current.map(Box::new)));
+                }
+                Err(self.job_err("PutItem", &job.id, failure(&e)))
+            }
+        }
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<(Job, JobCounts)>, LedgerError> {
+        let o = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(job_pk(id)))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| self.job_err("GetItem", id, failure(&e)))?;
+        let Some(item) = o.item else {
+            return Ok(None);
+        };
+        let job = Self::job_from_item(item)?;
+        let counts = self.job_counts(id).await?;
+        Ok(Some((job, counts)))
+    }
+
+    async fn list_jobs(&self, limit: usize) -> Result<Vec<(Job, JobCounts)>, LedgerError> {
+        let mut jobs = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        while jobs.len() < limit {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(INDEX_BY_SOURCE)
+                .key_condition_expression("gsi1pk = :p")
+                .expression_attribute_values(":p", AttributeValue::S(JOBS_PARTITION.into()))
+                .scan_index_forward(false)
+                .set_limit(self.page_limit)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.job_err("Query", "", failure(&e)))?;
+            for item in page.items.unwrap_or_default() {
+                jobs.push(Self::job_from_item(item)?);
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        jobs.truncate(limit);
+        let mut out = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let counts = self.job_counts(&job.id).await?;
+            out.push((job, counts));
+        }
+        Ok(out)
+    }
+
+    async fn finish_message(
+        &self,
+        job_id: &str,
+        message: u64,
+        counts: &JobCounts,
+        now: i64,
+    ) -> Result<bool, LedgerError> {
+        let mark = Put::builder()
+            .table_name(&self.table)
+            .item(
+                "pk",
+                AttributeValue::S(format!("{JOB_PREFIX}{job_id}/m{message}")),
+            )
+            .item("job_id", AttributeValue::S(job_id.to_string()))
+            .item("at", AttributeValue::N(now.to_string()))
+            .item(
+                "expires_at",
+                AttributeValue::N((now / 1000 + MARK_TTL_S).to_string()),
+            )
+            .condition_expression(COND_ABSENT)
+            .build()
+            .map_err(|e| self.job_err("TransactWriteItems", job_id, build_failure(e)))?;
+        let add = self
+            .add_to_shard(job_id, message % JOB_SHARDS, counts, now)
+            .as_input()
+            .clone();
+        let update = Update::builder()
+            .table_name(&self.table)
+            .set_key(add.get_key().clone())
+            .set_update_expression(add.get_update_expression().clone())
+            .set_expression_attribute_names(add.get_expression_attribute_names().clone())
+            .set_expression_attribute_values(add.get_expression_attribute_values().clone())
+            .build()
+            .map_err(|e| self.job_err("TransactWriteItems", job_id, build_failure(e)))?;
+        let sent = self
+            .client
+            .transact_write_items()
+            .transact_items(TransactWriteItem::builder().put(mark).build())
+            .transact_items(TransactWriteItem::builder().update(update).build())
+            .send()
+            .await;
+        match sent {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                // The mark exists: this message was counted before.
+                if let Some(TransactWriteItemsError::TransactionCanceledException(c)) =
+                    e.as_service_error()
+                    && c.cancellation_reasons().first().and_then(|r| r.code())
+                        == Some("ConditionalCheckFailed")
+                {
+                    return Ok(false);
+                }
+                Err(self.job_err("TransactWriteItems", job_id, failure(&e)))
+            }
+        }
+    }
+
+    async fn add_failures(&self, job_id: &str, n: u64, now: i64) -> Result<(), LedgerError> {
+        let counts = JobCounts {
+            failures: n,
+            ..JobCounts::default()
+        };
+        let shard = uuid::Uuid::new_v4().as_u128() as u64 % JOB_SHARDS;
+        self.add_to_shard(job_id, shard, &counts, now)
+            .send()
+            .await
+            .map_err(|e| self.job_err("UpdateItem", job_id, failure(&e)))?;
+        Ok(())
     }
 }
 
@@ -373,57 +747,15 @@ impl Ledger for DynamoLedger {
     }
 
     async fn get_many(&self, source_id: &str, keys: &[String]) -> Result<Vec<Record>, LedgerError> {
-        let mut records = Vec::with_capacity(keys.len());
-        for chunk in keys.chunks(BATCH_GET_KEYS) {
-            let wanted: Vec<HashMap<String, AttributeValue>> = chunk
-                .iter()
-                .map(|k| HashMap::from([("pk".to_string(), AttributeValue::S(pk(source_id, k)))]))
-                .collect();
-            let mut request = KeysAndAttributes::builder()
-                .set_keys(Some(wanted))
-                .build()
-                .map_err(|e| self.service_err("BatchGetItem", (source_id, ""), build_failure(e)))?;
-            // Unprocessed keys (throttling, the 16 MB answer limit) are asked for again with
-            // a growing pause, as the SDK documentation advises.
-            for attempt in 0.. {
-                let o = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, request)
-                    .send()
-                    .await
-                    .map_err(|e| self.service_err("BatchGetItem", (source_id, ""), failure(&e)))?;
-                for item in o
-                    .responses
-                    .and_then(|mut r| r.remove(&self.table))
-                    .unwrap_or_default()
-                {
-                    let key = text(&item, "key").unwrap_or_default();
-                    records.push(Self::from_item(source_id, &key, item)?);
-                }
-                match o.unprocessed_keys.and_then(|mut u| u.remove(&self.table)) {
-                    Some(left) if !left.keys().is_empty() => {
-                        if attempt >= 8 {
-                            return Err(LedgerError::Service {
-                                op: "BatchGetItem",
-                                source_id: source_id.to_string(),
-                                key: String::new(),
-                                message: format!(
-                                    "table {}: {} keys still unprocessed after {attempt} retries",
-                                    self.table,
-                                    left.keys().len()
-                                ),
-                                retry: Retry::Transient,
-                            });
-                        }
-                        tokio::time::sleep(std::time::Duration::from_millis(25 << attempt)).await;
-                        request = left;
-                    }
-                    _ => break,
-                }
-            }
-        }
-        Ok(records)
+        let pks = keys.iter().map(|k| pk(source_id, k)).collect();
+        self.batch_get(pks, false, source_id)
+            .await?
+            .into_iter()
+            .map(|item| {
+                let key = text(&item, "key").unwrap_or_default();
+                Self::from_item(source_id, &key, item)
+            })
+            .collect()
     }
 
     async fn list_range(

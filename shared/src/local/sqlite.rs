@@ -29,8 +29,14 @@
 //! The operator's mode override per source (`tidemark mode`): `source_id` (primary key),
 //! `mode` (enable / pause / disable), `updated_at`.
 //!
+//! # Tables `jobs`, `job_counts`, `job_messages`
+//! Bulk jobs ([`crate::jobs`]): `jobs` holds each job record (`id`, `kind`, `source_id`,
+//! `started_at`, `rev`, and the whole [`Job`] as JSON in `job`); `job_counts` the counts its
+//! workers added (`job_id`, [`JobCounts`] as JSON); `job_messages` one row per message counted
+//! (`job_id`, `message`, `at`), so a message delivered twice is counted once.
+//!
 //! The schema version is `PRAGMA user_version` (1: `ledger` only; 2: with `audit` and
-//! `sources`, added in place when a version-1 file is opened).
+//! `sources`; 3: with the job tables; older files gain the newer tables in place).
 //!
 //! Each write runs in a `BEGIN IMMEDIATE` transaction, which holds the database's write lock
 //! from its start: the condition (no row, or the expected `rev`) is checked, and on a lost
@@ -47,11 +53,12 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 
 use crate::config::Mode;
 use crate::error::{LedgerError, Retry};
+use crate::jobs::{Job, JobCounts};
 use crate::model::{AuditEntry, Record, Target};
-use crate::ports::{KeyRange, Ledger, LedgerWrite};
+use crate::ports::{JobStore, JobWrite, KeyRange, Ledger, LedgerWrite};
 
 /// The schema this code reads and writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i32 = 2;
+const SCHEMA_VERSION: i32 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ledger (
@@ -83,6 +90,24 @@ CREATE TABLE IF NOT EXISTS sources (
     source_id  TEXT    PRIMARY KEY,
     mode       TEXT    NOT NULL,
     updated_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id         TEXT    PRIMARY KEY,
+    kind       TEXT    NOT NULL,
+    source_id  TEXT    NOT NULL,
+    started_at INTEGER NOT NULL,
+    rev        INTEGER NOT NULL,
+    job        TEXT    NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_counts (
+    job_id TEXT PRIMARY KEY,
+    counts TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS job_messages (
+    job_id  TEXT    NOT NULL,
+    message INTEGER NOT NULL,
+    at      INTEGER NOT NULL,
+    PRIMARY KEY (job_id, message)
 );
 ";
 
@@ -229,9 +254,9 @@ impl SqliteLedger {
             .pragma_query_value(None, "user_version", |row| row.get(0))
             .map_err(sql)?;
         match version {
-            // Every statement of the schema is `IF NOT EXISTS`: version 1 gains the tables
-            // of version 2 in place.
-            0 | 1 => {
+            // Every statement of the schema is `IF NOT EXISTS`: an older file gains the
+            // newer tables in place.
+            0..SCHEMA_VERSION => {
                 tx.execute_batch(SCHEMA).map_err(sql)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(sql)?;
@@ -315,6 +340,187 @@ impl SqliteLedger {
                 Retry::Transient,
             )),
         }
+    }
+}
+
+/// A job stored in a row, which must be the row's own.
+fn decode_job(id: &str, json: &str) -> Result<Job, Fail> {
+    serde_json::from_str(json).map_err(|e| {
+        Fail::Ledger(LedgerError::Corrupt {
+            source_id: "(job)".into(),
+            key: id.to_owned(),
+            message: e.to_string(),
+        })
+    })
+}
+
+fn encode<T: serde::Serialize>(id: &str, value: &T) -> Result<String, Fail> {
+    serde_json::to_string(value).map_err(|e| {
+        Fail::Ledger(LedgerError::Corrupt {
+            source_id: "(job)".into(),
+            key: id.to_owned(),
+            message: e.to_string(),
+        })
+    })
+}
+
+fn select_job(conn: &Connection, id: &str) -> Result<Option<Job>, Fail> {
+    conn.query_row("SELECT job FROM jobs WHERE id = ?1", params![id], |row| {
+        row.get::<_, String>(0)
+    })
+    .optional()?
+    .map(|json| decode_job(id, &json))
+    .transpose()
+}
+
+fn select_counts(conn: &Connection, id: &str) -> Result<JobCounts, Fail> {
+    conn.query_row(
+        "SELECT counts FROM job_counts WHERE job_id = ?1",
+        params![id],
+        |row| row.get::<_, String>(0),
+    )
+    .optional()?
+    .map(|json| {
+        serde_json::from_str(&json).map_err(|e| {
+            Fail::Ledger(LedgerError::Corrupt {
+                source_id: "(job counts)".into(),
+                key: id.to_owned(),
+                message: e.to_string(),
+            })
+        })
+    })
+    .transpose()
+    .map(Option::unwrap_or_default)
+}
+
+/// Add `counts` to job `id`'s counts, inside the caller's transaction.
+fn add_counts(conn: &Connection, id: &str, counts: &JobCounts) -> Result<(), Fail> {
+    let mut total = select_counts(conn, id)?;
+    total.add(counts);
+    conn.execute(
+        "INSERT INTO job_counts (job_id, counts) VALUES (?1, ?2) \
+         ON CONFLICT (job_id) DO UPDATE SET counts = excluded.counts",
+        params![id, encode(id, &total)?],
+    )?;
+    Ok(())
+}
+
+#[async_trait]
+impl JobStore for SqliteLedger {
+    async fn create_job(&self, job: &Job) -> Result<bool, LedgerError> {
+        let job = job.clone();
+        self.call("create_job", "(job)", &job.id.clone(), move |conn| {
+            let json = encode(&job.id, &job)?;
+            let inserted = conn.execute(
+                "INSERT OR IGNORE INTO jobs (id, kind, source_id, started_at, rev, job) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    job.id,
+                    job.kind.as_str(),
+                    job.source_id,
+                    job.started_at,
+                    int(job.rev),
+                    json
+                ],
+            )?;
+            Ok(inserted == 1)
+        })
+        .await
+    }
+
+    async fn replace_job(&self, job: &Job, expected_rev: u64) -> Result<JobWrite, LedgerError> {
+        let job = job.clone();
+        self.call("replace_job", "(job)", &job.id.clone(), move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let json = encode(&job.id, &job)?;
+            let updated = tx.execute(
+                "UPDATE jobs SET rev = ?2, job = ?3 WHERE id = ?1 AND rev = ?4",
+                params![job.id, int(job.rev), json, int(expected_rev)],
+            )?;
+            if updated == 1 {
+                tx.commit()?;
+                return Ok(JobWrite::Written);
+            }
+            Ok(JobWrite::Conflict(select_job(&tx, &job.id)?.map(Box::new)))
+        })
+        .await
+    }
+
+    async fn get_job(&self, id: &str) -> Result<Option<(Job, JobCounts)>, LedgerError> {
+        let id = id.to_owned();
+        self.call("get_job", "(job)", &id.clone(), move |conn| {
+            let Some(job) = select_job(conn, &id)? else {
+                return Ok(None);
+            };
+            Ok(Some((job, select_counts(conn, &id)?)))
+        })
+        .await
+    }
+
+    async fn list_jobs(&self, limit: usize) -> Result<Vec<(Job, JobCounts)>, LedgerError> {
+        self.call("list_jobs", "(job)", "", move |conn| {
+            let mut stmt = conn
+                .prepare("SELECT id, job FROM jobs ORDER BY started_at DESC, id DESC LIMIT ?1")?;
+            let rows: Vec<(String, String)> = stmt
+                .query_map(params![int(limit as u64)], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })?
+                .collect::<Result<_, _>>()?;
+            rows.into_iter()
+                .map(|(id, json)| Ok((decode_job(&id, &json)?, select_counts(conn, &id)?)))
+                .collect()
+        })
+        .await
+    }
+
+    async fn finish_message(
+        &self,
+        job_id: &str,
+        message: u64,
+        counts: &JobCounts,
+        now: i64,
+    ) -> Result<bool, LedgerError> {
+        let (id, counts) = (job_id.to_owned(), *counts);
+        self.call("finish_message", "(job)", job_id, move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let marked = tx.execute(
+                "INSERT OR IGNORE INTO job_messages (job_id, message, at) VALUES (?1, ?2, ?3)",
+                params![id, int(message), now],
+            )?;
+            if marked == 0 {
+                return Ok(false);
+            }
+            add_counts(
+                &tx,
+                &id,
+                &JobCounts {
+                    updated_at: now,
+                    ..counts
+                },
+            )?;
+            tx.commit()?;
+            Ok(true)
+        })
+        .await
+    }
+
+    async fn add_failures(&self, job_id: &str, n: u64, now: i64) -> Result<(), LedgerError> {
+        let id = job_id.to_owned();
+        self.call("add_failures", "(job)", job_id, move |conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            add_counts(
+                &tx,
+                &id,
+                &JobCounts {
+                    failures: n,
+                    updated_at: now,
+                    ..JobCounts::default()
+                },
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
     }
 }
 

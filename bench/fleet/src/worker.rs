@@ -552,7 +552,7 @@ mod tests {
         let dir = tempfile_dir("answers");
         let api = r#"http://$AWS_LAMBDA_RUNTIME_API/2018-06-01/runtime/invocation"#;
         let script = format!(
-            r#"headers=$(mktemp)
+            r#"headers="$(dirname "$0")/headers"
 body=$(curl -sS -D "$headers" "{api}/next")
 id=$(grep -i '^lambda-runtime-aws-request-id:' "$headers" | cut -d' ' -f2 | tr -d '\r')
 curl -sS -X POST -d "{{\"got\":$body,\"name\":\"$AWS_LAMBDA_FUNCTION_NAME\",\"extra\":\"$EXTRA\"}}" "{api}/$id/response"

@@ -5,7 +5,9 @@
 //!
 //! Transitions, each applied by the caller as one conditional write on the revision it read:
 //! - [`decide_claim`]: take the key for a target, record a newer target on a live claim
-//!   ("superseded by"), or skip a duplicate / stale / in-flight / quarantined event;
+//!   ("superseded by"), or skip a duplicate / stale / in-flight / quarantined event. A
+//!   version a listing saw (no sequencer) never takes the place of one an event recorded
+//!   and nobody committed: the event's is worked first, the listing's kept behind it;
 //! - [`commit`], [`fail`], [`release`]: end a claim, only while its token is still on the record.
 
 use std::cmp::Ordering;
@@ -140,6 +142,18 @@ fn newer(cand: &Target, cur: &Target, committed: Option<&Target>) -> bool {
     }
 }
 
+/// Does `event`, a target an event brought (it has a sequencer) and nobody committed, go
+/// before `listed`, a version a listing saw (no sequencer, so the two cannot be ordered)?
+/// Always: the listing may be older than the event, and working the listing's version first
+/// would drop the event's from the record. The listing's version is kept behind it, and the
+/// GET pinned to each decides which one is current.
+fn event_before_listing(event: &Target, listed: &Target, committed: Option<&Target>) -> bool {
+    listed.sequencer().is_none()
+        && event.sequencer().is_some()
+        && !event.same_as(listed)
+        && !committed.is_some_and(|c| c.same_as(event))
+}
+
 fn is_older_or_equal(a: &Target, b: &Target) -> bool {
     matches!(a.order(b), Some(Ordering::Less | Ordering::Equal))
 }
@@ -171,6 +185,12 @@ pub fn decide_claim(current: Option<&Record>, req: &ClaimRequest) -> Decision {
             if is_older_or_equal(&req.target, p) {
                 return Decision::Skip(Skip::Stale);
             }
+            // A listing's version never takes the place of the version an event recorded:
+            // the holder works that one off, and the object's own events (or reconcile)
+            // bring whatever is newer.
+            if event_before_listing(p, &req.target, committed) {
+                return Decision::Skip(Skip::InFlight);
+            }
         }
         let mut record = r.clone();
         record.pending = Some(req.target.clone());
@@ -180,15 +200,24 @@ pub fn decide_claim(current: Option<&Record>, req: &ClaimRequest) -> Decision {
     }
 
     // No live claim. Work on the newest target known: the request, the pending one, or the
-    // target of an expired claim (its holder crashed or timed out).
+    // target of an expired claim (its holder crashed or timed out). A version an event
+    // brought and nobody committed goes before a listing's, which is kept behind it.
     let expired = r.claim.as_ref();
     let mut target = req.target.clone();
+    let mut behind: Option<Target> = None;
     for cand in [r.pending.as_ref(), expired.map(|c| &c.target)]
         .into_iter()
         .flatten()
     {
-        if newer(cand, &target, committed) {
+        if cand.same_as(&target) {
+            // The same version: keep the copy that carries the event's sequencer.
+            if target.sequencer().is_none() && cand.sequencer().is_some() {
+                target = cand.clone();
+            }
+        } else if newer(cand, &target, committed) {
             target = cand.clone();
+        } else if event_before_listing(cand, &target, committed) {
+            behind = Some(std::mem::replace(&mut target, cand.clone()));
         }
     }
 
@@ -257,7 +286,8 @@ pub fn decide_claim(current: Option<&Record>, req: &ClaimRequest) -> Decision {
     record.pending = r
         .pending
         .clone()
-        .filter(|p| !p.same_as(&target) && newer(p, &target, committed));
+        .filter(|p| !p.same_as(&target) && newer(p, &target, committed))
+        .or_else(|| behind.filter(|b| !committed.is_some_and(|c| c.same_as(b))));
     record.claim = Some(new_claim(req, target.clone()));
     record.attempts = attempts;
     record.note = None;
@@ -372,9 +402,8 @@ pub fn release(
     {
         record.pending = None;
     }
-    if record.pending.is_none() {
-        record.attempts = 0;
-    }
+    // The attempts were the released target's; a version still pending starts clean.
+    record.attempts = 0;
     record.note = Some(note.to_string());
     Ok(advance(record, now, max_attempts))
 }
@@ -696,5 +725,90 @@ mod tests {
         // "0A0F" < "0A10" once padded; so it is stale.
         let d = decide_claim(Some(&r), &req(v("b", Some("0A0F")), "t", 10));
         assert!(matches!(d, Decision::Skip(Skip::Stale)));
+    }
+
+    #[test]
+    fn a_listing_never_takes_the_place_of_a_version_an_event_recorded() {
+        // GIVEN version b (an event, sequencer 30) failed once after a committed.
+        let r = committed(v("a", Some("10")));
+        let (c, _) = claimed(decide_claim(Some(&r), &req(v("b", Some("30")), "t1", 10)));
+        let failed = fail(&c, "t1", "GetObject: timeout", Failure::Counted, 11, MAX).unwrap();
+        assert_eq!(
+            (failed.pending.clone(), failed.attempts),
+            (Some(v("b", Some("30"))), 1)
+        );
+        // WHEN a listing that saw version x (no sequencer: it cannot be ordered) claims.
+        let (record, target) = claimed(decide_claim(Some(&failed), &req(v("x", None), "t2", 20)));
+        // THEN the event's version is worked first, with its attempts, and the listing's is
+        // kept behind it: neither is dropped.
+        assert_eq!(target, v("b", Some("30")));
+        assert_eq!(record.attempts, 1);
+        assert_eq!(record.pending, Some(v("x", None)));
+        // The holder fails to find b current (its GET is pinned): the release keeps x, which
+        // the next claim takes.
+        let released = release(&record, "t2", "not current", 21, MAX).unwrap();
+        assert_eq!(
+            (released.pending.clone(), released.status),
+            (Some(v("x", None)), Status::Pending)
+        );
+        let (_, next) = claimed(decide_claim(Some(&released), &req(v("x", None), "t3", 22)));
+        assert_eq!(next, v("x", None));
+    }
+
+    #[test]
+    fn a_listing_of_the_version_an_event_recorded_claims_it_with_the_sequencer() {
+        let (c, _) = claimed(decide_claim(None, &req(v("a", Some("10")), "t1", 0)));
+        let failed = fail(&c, "t1", "throttled", Failure::Transient, 1, MAX).unwrap();
+        let (record, target) = claimed(decide_claim(Some(&failed), &req(v("a", None), "t2", 5)));
+        assert_eq!(target, v("a", Some("10")));
+        assert!(record.pending.is_none());
+    }
+
+    #[test]
+    fn a_listing_during_a_live_claim_never_replaces_a_pending_event_version() {
+        let (c, _) = claimed(decide_claim(None, &req(v("a", Some("10")), "t1", 0)));
+        let Decision::Defer { record } = decide_claim(Some(&c), &req(v("b", Some("20")), "t2", 5))
+        else {
+            panic!("expected defer")
+        };
+        let d = decide_claim(Some(&record), &req(v("x", None), "t3", 6));
+        assert!(matches!(d, Decision::Skip(Skip::InFlight)), "{d:?}");
+        // With the pending slot free, the listing's version waits behind the holder.
+        let Decision::Defer { record } = decide_claim(Some(&c), &req(v("x", None), "t3", 6)) else {
+            panic!("expected defer")
+        };
+        assert_eq!(record.pending, Some(v("x", None)));
+    }
+
+    #[test]
+    fn a_listing_after_a_dead_event_worker_takes_over_the_events_version_first() {
+        let r = committed(v("a", Some("10")));
+        let (dead, _) = claimed(decide_claim(Some(&r), &req(v("b", Some("20")), "t1", 10)));
+        let (record, target) = claimed(decide_claim(Some(&dead), &req(v("x", None), "t2", 500)));
+        assert_eq!(target, v("b", Some("20")));
+        assert_eq!(record.attempts, 1, "the dead worker's attempt counts");
+        assert_eq!(record.pending, Some(v("x", None)));
+        // A pending delete an event brought goes first too.
+        let (c, _) = claimed(decide_claim(Some(&r), &req(del("40"), "t3", 10)));
+        let failed = fail(&c, "t3", "throttled", Failure::Transient, 11, MAX).unwrap();
+        let (record, target) = claimed(decide_claim(Some(&failed), &req(v("y", None), "t4", 12)));
+        assert_eq!((target, record.pending), (del("40"), Some(v("y", None))));
+    }
+
+    #[test]
+    fn a_listing_of_another_version_than_the_committed_one_is_claimed_for_its_pinned_get() {
+        // The ledger cannot order a listed version against the committed one: it is claimed,
+        // and only the GET pinned to its ETag can let it commit (if it is the current object).
+        let r = committed(v("b", Some("20")));
+        let (record, target) = claimed(decide_claim(Some(&r), &req(v("a", None), "t", 10)));
+        assert_eq!(target, v("a", None));
+        assert_eq!(
+            record.committed, r.committed,
+            "the commit stays until a new one lands"
+        );
+        assert!(record.pending.is_none());
+        // A listing of the committed version is a duplicate.
+        let d = decide_claim(Some(&r), &req(v("b", None), "t", 10));
+        assert!(matches!(d, Decision::Skip(Skip::Duplicate)), "{d:?}");
     }
 }

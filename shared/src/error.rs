@@ -165,6 +165,14 @@ pub enum ProcessError {
         /// Why.
         message: String,
     },
+    /// An S3 Inventory report cannot be read as the planner needs it.
+    #[error("inventory {location}: {message}")]
+    Inventory {
+        /// The manifest or data file.
+        location: String,
+        /// What is wrong.
+        message: String,
+    },
     /// The source's bookmark state cannot be read (its index object is missing or changed).
     #[error("source {source_id}: bookmark state: {message}")]
     Bookmark {
@@ -190,7 +198,9 @@ impl ProcessError {
             | ProcessError::Crashed(_)
             | ProcessError::Internal(_)
             | ProcessError::SourceBusy { .. } => true,
-            ProcessError::Unsupported { .. } | ProcessError::Bookmark { .. } => false,
+            ProcessError::Unsupported { .. }
+            | ProcessError::Bookmark { .. }
+            | ProcessError::Inventory { .. } => false,
         }
     }
 }

@@ -262,8 +262,8 @@ pub trait JobStore: Send + Sync {
     /// The most recent jobs (by start time, newest first), at most `limit`, with their counts.
     async fn list_jobs(&self, limit: usize) -> Result<Vec<(Job, JobCounts)>, LedgerError>;
 
-    /// Add `counts` (the outcomes of message `message`'s items) to job `job_id`'s counts,
-    /// once: `false` when this message was counted already (a redelivered message, or one
+    /// Add `counts` (the outcomes of message `message`'s items) and one finished message to
+    /// job `job_id`'s counts, once: `false` when this message was counted already (a redelivered message, or one
     /// a restarted planner sent again) and nothing was added. The mark and the addition are
     /// one atomic write.
     async fn finish_message(
@@ -392,6 +392,13 @@ pub trait WorkQueue: Send + Sync {
 
     /// How many messages it holds (approximate on SQS).
     async fn depth(&self) -> Result<QueueDepth, QueueError>;
+
+    /// Messages set aside as dead (received too often without being deleted), where the
+    /// queue keeps them itself (the local queue); `None` where a separate dead-letter queue
+    /// does (SQS: its alarm and console tell).
+    async fn dead(&self) -> Result<Option<u64>, QueueError> {
+        Ok(None)
+    }
 }
 
 /// Keys that start with `prefix` and sort after `after` (when given) and not after `through`

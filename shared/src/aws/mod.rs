@@ -3,6 +3,7 @@
 
 pub mod dynamodb;
 pub mod s3;
+pub mod sqs;
 
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
@@ -89,6 +90,21 @@ impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
 
 /// The environment variable naming the ledger table.
 pub const ENV_TABLE: &str = "TIDEMARK_TABLE";
+
+/// The environment variable naming the work queue of backfills (its URL): the backfill
+/// function sends to it, the ingest function's event source mapping takes from it.
+pub const ENV_BACKFILL_QUEUE: &str = "TIDEMARK_BACKFILL_QUEUE_URL";
+
+/// The queue named by the environment variable `var` (a URL), with a client from the standard
+/// AWS environment (`AWS_ENDPOINT_URL_SQS` and the like).
+pub async fn queue_from_env(var: &str) -> Result<sqs::SqsQueue, crate::config::ConfigError> {
+    let url = std::env::var(var).map_err(|_| crate::config::ConfigError::Invalid {
+        path: var.into(),
+        message: "must name the queue (its URL)".into(),
+    })?;
+    let conf = aws_config::load_from_env().await;
+    Ok(sqs::SqsQueue::from_conf(&conf, url))
+}
 
 /// The pipeline on S3 and DynamoDB, from the standard AWS environment (credentials, region,
 /// `AWS_ENDPOINT_URL_*`) and the ledger table named by `TIDEMARK_TABLE`.

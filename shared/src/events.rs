@@ -21,6 +21,8 @@ use percent_encoding::percent_decode_str;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::work::WorkBatch;
+
 /// The body S3 sends once to a new SQS or SNS destination to check it.
 const TEST_EVENT: &str = "s3:TestEvent";
 
@@ -73,6 +75,9 @@ pub struct Message {
     /// Human-readable reasons for each part of the message that was deliberately ignored,
     /// e.g. `"s3:TestEvent"`.
     pub skipped: Vec<String>,
+    /// A batch of work items of a bulk job (an SQS body `{"tidemark": "work", …}` sent by the
+    /// backfill planner) instead of object events; `outcome` is then an empty list.
+    pub work: Option<WorkBatch>,
 }
 
 /// How the invocation reached the Lambda (its top-level shape).
@@ -113,7 +118,8 @@ pub enum EventError {
     /// An SQS body or SNS message is JSON but none of the accepted shapes.
     #[error(
         "unrecognized message: expected an S3 event notification, an s3:TestEvent, an SNS \
-         notification envelope, or an EventBridge event with source aws.s3"
+         notification envelope, an EventBridge event with source aws.s3, or a tidemark work \
+         batch"
     )]
     UnrecognizedMessage,
     /// A required field is absent or not a string; names its path.
@@ -327,6 +333,7 @@ impl PartialOrd for Sequencer {
 struct Decoded {
     events: Vec<ObjectEvent>,
     skipped: Vec<String>,
+    work: Option<WorkBatch>,
 }
 
 impl Decoded {
@@ -334,6 +341,7 @@ impl Decoded {
         Self {
             events: Vec::new(),
             skipped: vec![reason],
+            work: None,
         }
     }
 }
@@ -341,15 +349,21 @@ impl Decoded {
 impl Message {
     fn new(id: Option<String>, decoded: Result<Decoded, EventError>) -> Self {
         match decoded {
-            Ok(Decoded { events, skipped }) => Self {
+            Ok(Decoded {
+                events,
+                skipped,
+                work,
+            }) => Self {
                 id,
                 outcome: Ok(events),
                 skipped,
+                work,
             },
             Err(error) => Self {
                 id,
                 outcome: Err(error),
                 skipped: Vec::new(),
+                work: None,
             },
         }
     }
@@ -492,9 +506,17 @@ fn sns_message(index: usize, record: &Value) -> Result<Decoded, EventError> {
 }
 
 /// Decodes an SQS body or SNS message: an S3 notification, the S3 test event, an EventBridge
-/// event, or an SNS envelope around one of those (SNS → SQS without raw message delivery).
+/// event, an SNS envelope around one of those (SNS → SQS without raw message delivery), or a
+/// batch of work items of a bulk job.
 fn decode_body(text: &str) -> Result<Decoded, EventError> {
     let body: Value = serde_json::from_str(text).map_err(invalid_json("message body"))?;
+    if body.get("tidemark").is_some() {
+        let work = WorkBatch::deserialize(&body).map_err(invalid_json("work batch"))?;
+        return Ok(Decoded {
+            work: Some(work),
+            ..Decoded::default()
+        });
+    }
     if let Some(records) = body.get("Records").and_then(Value::as_array) {
         decode_s3_records(records)
     } else if str_field(&body, "Event") == Some(TEST_EVENT) {
@@ -588,7 +610,7 @@ fn decode_eventbridge(value: &Value) -> Result<Decoded, EventError> {
     )?;
     Ok(Decoded {
         events: vec![event],
-        skipped: Vec::new(),
+        ..Decoded::default()
     })
 }
 

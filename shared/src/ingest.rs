@@ -3,19 +3,28 @@
 //! event to the pipeline with bounded concurrency, and answer. SQS deliveries get a partial
 //! batch response naming only the messages that must come back; a direct or EventBridge
 //! invocation fails as a whole when any object failed, so Lambda's retry brings it again.
+//!
+//! The same function is the backfill fleet: an SQS message may carry a batch of work items
+//! of a bulk job instead of S3 events ([`crate::work`]). Each item goes through the same
+//! per-object path; once every item of a message has ended (processed, a duplicate, skipped
+//! by the protocol, quarantined), the message's counts are added to its job, once whatever
+//! the deliveries ([`crate::ports::JobStore::finish_message`]). A message with an item that
+//! failed goes back to the queue and is counted when a later delivery finishes it.
 
 use futures::StreamExt;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::events::{Delivery, EventError, decode_invocation};
-use crate::process::{Outcome, Pipeline, RunContext};
+use crate::events::{Delivery, EventError, ObjectEvent, decode_invocation};
+use crate::jobs::JobCounts;
+use crate::process::{ObjectResult, Outcome, Pipeline, RunContext};
 use crate::protocol::Skip;
+use crate::work::{WorkBatch, WorkItem};
 
 /// Counts of what one invocation did.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct Summary {
-    /// Object events decoded.
+    /// Object events decoded (work items not included).
     pub events: usize,
     /// Versions converted and committed.
     pub processed: usize,
@@ -45,6 +54,10 @@ pub struct Summary {
     pub rows: u64,
     /// Rows set aside as bad (`on_bad_row: reject`), in the objects' rejects files.
     pub rejected: u64,
+    /// Work items of bulk jobs handled (each also counted above by its outcome).
+    pub work_items: usize,
+    /// Messages of work items whose counts were added to their job now.
+    pub work_messages_finished: usize,
 }
 
 impl Summary {
@@ -106,6 +119,49 @@ impl Response {
     }
 }
 
+/// One unit of work of an invocation: an object event, or a work item of a job.
+enum Unit<'a> {
+    Event(&'a ObjectEvent),
+    Item(&'a WorkBatch, &'a WorkItem),
+}
+
+/// Add one item's outcome to its message's job counts; `false` if the item is not finished
+/// (it failed, or another worker holds it): the message comes back.
+fn tally(counts: &mut JobCounts, outcome: &crate::Result<Outcome>) -> bool {
+    counts.items += 1;
+    match outcome {
+        Ok(Outcome::Processed { rows, .. } | Outcome::Untracked { rows }) => {
+            counts.processed += 1;
+            counts.rows += rows;
+        }
+        Ok(Outcome::Skipped(Skip::Duplicate)) => counts.duplicate += 1,
+        // Another worker holds a live claim on this very version: perhaps a worker that
+        // died with it (its lease runs out) or an earlier delivery of this message still at
+        // work. The message comes back after its visibility timeout, by when the claim is
+        // committed (the item counts as done) or expired (the item is claimed again).
+        Ok(Outcome::Skipped(Skip::InFlight)) => {
+            counts.items -= 1;
+            return false;
+        }
+        Ok(Outcome::Skipped(Skip::Quarantined) | Outcome::Quarantined { .. }) => {
+            counts.quarantined += 1
+        }
+        Ok(
+            Outcome::Skipped(Skip::Stale)
+            | Outcome::Deferred
+            | Outcome::NotCurrent
+            | Outcome::Deleted { .. }
+            | Outcome::Unrouted,
+        ) => counts.skipped += 1,
+        Err(_) => {
+            counts.items -= 1;
+            counts.failures += 1;
+            return false;
+        }
+    }
+    true
+}
+
 /// Handle one invocation payload. `Err` only when the payload is no known shape at all.
 pub async fn handle(
     pipeline: &Pipeline,
@@ -121,11 +177,17 @@ pub async fn handle(
         errors: Vec::new(),
     };
     let mut work = Vec::new();
-    let mut failed_messages = vec![false; invocation.messages.len()];
+    let n = invocation.messages.len();
+    let mut failed_messages = vec![false; n];
+    let mut job_counts = vec![JobCounts::default(); n];
     for (i, message) in invocation.messages.iter().enumerate() {
         response.summary.skipped += message.skipped.len();
+        if let Some(batch) = &message.work {
+            response.summary.work_items += batch.items.len();
+            work.extend(batch.items.iter().map(|item| (i, Unit::Item(batch, item))));
+        }
         match &message.outcome {
-            Ok(events) => work.extend(events.iter().map(|e| (i, e))),
+            Ok(events) => work.extend(events.iter().map(|e| (i, Unit::Event(e)))),
             Err(e) => {
                 tracing::warn!(message_id = ?message.id, error = %e, "undecodable message");
                 failed_messages[i] = true;
@@ -133,23 +195,71 @@ pub async fn handle(
             }
         }
     }
-    response.summary.events = work.len();
+    response.summary.events = work
+        .iter()
+        .filter(|(_, u)| matches!(u, Unit::Event(_)))
+        .count();
     // Futures made up front: a stream holding a closure would not be `Send` for all
     // lifetimes, and callers spawn this future.
     let futures: Vec<_> = work
         .into_iter()
-        .map(|(i, event)| async move { (i, pipeline.handle_event(event, ctx).await) })
+        .map(|(i, unit)| async move {
+            let results = match unit {
+                Unit::Event(event) => pipeline.handle_event(event, ctx).await,
+                Unit::Item(batch, item) => {
+                    let job_ctx = RunContext::for_job(&batch.job, &ctx.run_id, ctx.deadline_ms);
+                    vec![pipeline.handle_item(batch, item, &job_ctx).await]
+                }
+            };
+            (i, matches!(unit, Unit::Item(..)), results)
+        })
         .collect();
     let mut results = futures::stream::iter(futures).buffer_unordered(concurrency.max(1));
-    while let Some((i, object_results)) = results.next().await {
-        for r in object_results {
-            match &r.outcome {
+    while let Some((i, is_item, object_results)) = results.next().await {
+        for ObjectResult { outcome, .. } in object_results {
+            if is_item && !tally(&mut job_counts[i], &outcome) {
+                failed_messages[i] = true;
+            }
+            match &outcome {
                 Ok(outcome) => response.summary.count(outcome),
                 Err(e) => {
                     response.summary.failed += 1;
                     failed_messages[i] = true;
                     response.errors.push(e.to_string());
                 }
+            }
+        }
+    }
+    // Each finished message of work items adds its counts to its job, once.
+    let now = pipeline.clock.now_ms();
+    for (i, message) in invocation.messages.iter().enumerate() {
+        let Some(batch) = &message.work else {
+            continue;
+        };
+        let counts = &job_counts[i];
+        if failed_messages[i] {
+            if let Err(e) = pipeline
+                .ledger
+                .add_failures(&batch.job, counts.failures, now)
+                .await
+            {
+                tracing::warn!(job = %batch.job, error = %e, "could not count the failures of a job");
+            }
+            continue;
+        }
+        match pipeline
+            .ledger
+            .finish_message(&batch.job, batch.message, counts, now)
+            .await
+        {
+            Ok(first) => response.summary.work_messages_finished += usize::from(first),
+            Err(e) => {
+                // Counted when the message comes back (its items are duplicates by then).
+                failed_messages[i] = true;
+                response.errors.push(format!(
+                    "job {} message {}: counting it failed: {e}",
+                    batch.job, batch.message
+                ));
             }
         }
     }

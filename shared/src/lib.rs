@@ -17,8 +17,10 @@
 //! - [`process`]: the per-object path every capability shares; [`bookmark`]: row-level
 //!   bookmark keys (a per-source mark, lock and index of emitted keys).
 //! - [`ingest`]: the ingest handler (the Lambda's body, also runnable in-process).
-//! - [`reconcile`], [`backfill`]: find and repair what was missed; bounded, resumable backfills
-//!   and replays — all through the same per-object path.
+//! - [`reconcile`], [`backfill`]: find and repair what was missed; backfills and replays as
+//!   a planner ([`backfill`], listing or an S3 Inventory: [`inventory`]) that sends work items
+//!   ([`work`]) to a queue the ingest fleet takes them from, watched through a job record
+//!   ([`jobs`]) — all through the same per-object path. [`fleet`] runs that fleet locally.
 //! - [`telemetry`]: logging set-up shared by the binaries.
 
 #[cfg(feature = "aws")]
@@ -29,7 +31,9 @@ pub mod config;
 pub mod convert;
 pub mod error;
 pub mod events;
+pub mod fleet;
 pub mod ingest;
+pub mod inventory;
 pub mod jobs;
 pub mod local;
 pub mod model;
@@ -41,5 +45,6 @@ pub mod schema;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod work;
 
 pub use error::{ProcessError, Result};

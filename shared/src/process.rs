@@ -55,6 +55,10 @@ pub enum Step {
     /// A source with bookmark keys: the object is committed, the mark advance not applied
     /// and the source's lock not released.
     AfterCommit,
+    /// The backfill planner recorded a page on its job (as pending) and sent nothing yet.
+    PageRecorded,
+    /// The planner sent a page's messages and has not recorded them as sent.
+    PageSent,
 }
 
 impl Step {
@@ -66,6 +70,8 @@ impl Step {
             Step::AfterOutputPut => "after output PUT",
             Step::BeforeCommit => "before commit",
             Step::AfterCommit => "after commit",
+            Step::PageRecorded => "page recorded",
+            Step::PageSent => "page sent",
         }
     }
 }
@@ -313,6 +319,75 @@ impl Pipeline {
             });
         }
         results
+    }
+
+    /// Handle one work item of a bulk job (a backfill's message): the listed version through
+    /// the per-object path, as the batch's mode says — process it, replay it (ledger
+    /// untouched), or refresh a commit made under another configuration. An item whose
+    /// source is not in the configuration, or which the source no longer takes, is an error:
+    /// its message goes back to the queue (and, if it stays wrong, to the dead-letter queue),
+    /// never dropped silently.
+    pub async fn handle_item(
+        &self,
+        batch: &crate::work::WorkBatch,
+        item: &crate::work::WorkItem,
+        ctx: &RunContext,
+    ) -> ObjectResult {
+        use crate::work::WorkMode;
+        let started = Instant::now();
+        let target = item.target();
+        let source = self.config.source(&batch.source);
+        let bucket = source.map_or_else(String::new, |s| s.doc.bucket.clone());
+        let outcome = match source {
+            None => Err(ProcessError::Unsupported {
+                source_id: batch.source.clone(),
+                message: format!(
+                    "work item {:?} of job {}: no such source in the configuration",
+                    item.key, batch.job
+                ),
+            }),
+            Some(s) if !s.matches(&s.doc.bucket, &item.key) => Err(ProcessError::Unsupported {
+                source_id: batch.source.clone(),
+                message: format!(
+                    "work item {:?} of job {}: the source does not take this key (was its \
+                     prefix or include / exclude changed?)",
+                    item.key, batch.job
+                ),
+            }),
+            Some(s) => match batch.mode {
+                WorkMode::Process => self.process(s, &item.key, target.clone(), ctx).await,
+                WorkMode::Replay => self.replay(s, &item.key, target.clone(), ctx).await,
+                WorkMode::StaleConfig => self.refresh(s, &item.key, target.clone(), ctx).await,
+            },
+        };
+        log_result(
+            &batch.source,
+            &bucket,
+            &item.key,
+            &target,
+            &outcome,
+            started,
+        );
+        ObjectResult {
+            source_id: Some(batch.source.clone()),
+            bucket,
+            key: item.key.clone(),
+            outcome,
+        }
+    }
+
+    /// Process `key` of `source` with the ledger untouched (Glue's `disable`), its output
+    /// replaced by key: a replay. Refused for sources with bookmark keys.
+    pub async fn replay(
+        &self,
+        source: &Source,
+        key: &str,
+        target: Target,
+        ctx: &RunContext,
+    ) -> Result<Outcome> {
+        let mut untracked = source.clone();
+        untracked.doc.mode = Mode::Disable;
+        self.process(&untracked, key, target, ctx).await
     }
 
     /// Bring `key` of `source` to `target` through the ledger (or, for a paused or disabled
@@ -610,13 +685,18 @@ impl Pipeline {
         loop {
             let decision = protocol::decide_claim(current.as_deref(), &req);
             let (record, done) = match decision {
-                Decision::Skip(skip) => return Ok(Claimed::Done(Outcome::Skipped(skip))),
+                Decision::Skip(skip) => {
+                    return Ok(Claimed::Done(skipped(skip, current.as_deref(), ctx)));
+                }
                 Decision::Claim { record, target } => (record, Err(target)),
                 Decision::Defer { .. } if !opts.defer => {
                     return Ok(Claimed::Done(Outcome::Skipped(Skip::InFlight)));
                 }
                 Decision::Defer { record } => (record, Ok(Outcome::Deferred)),
-                Decision::Settle { record, skip } => (record, Ok(Outcome::Skipped(skip))),
+                Decision::Settle { record, skip } => {
+                    let outcome = skipped(skip, Some(&record), ctx);
+                    (record, Ok(outcome))
+                }
                 Decision::Quarantine { record } => {
                     let error = record.last_error.clone().unwrap_or_default();
                     (record, Ok(Outcome::Quarantined { error }))
@@ -695,7 +775,9 @@ impl Pipeline {
                     stats,
                     output,
                     rejects,
-                }) = self.convert_version(source, key, v, expected, ctx).await?
+                }) = self
+                    .convert_version(source, key, v, expected, true, ctx)
+                    .await?
                 else {
                     return Ok(Work::Release(
                         "not current: the object changed or was deleted after the event".into(),
@@ -765,14 +847,16 @@ impl Pipeline {
     }
 
     /// GET the version pinned to its ETag, convert it and write its output (and its rejects
-    /// file). `expected` holds the ETags the ledger has for the output and the rejects file.
-    /// `None` when the object is no longer that version.
+    /// file). `expected` holds the ETags the ledger has for the output and the rejects file;
+    /// `tracked` is false for a write outside the ledger (see [`Guard::untracked`]). `None`
+    /// when the object is no longer that version.
     async fn convert_version(
         &self,
         source: &Source,
         key: &str,
         version: &VersionRef,
         (expected_output, expected_rejects): (Option<String>, Option<String>),
+        tracked: bool,
         ctx: &RunContext,
     ) -> Result<Option<Converted>> {
         let bucket = &source.doc.bucket;
@@ -784,6 +868,12 @@ impl Pipeline {
         let out_key = source.output_key(key);
         let metadata = output_metadata(source, key, &version, ctx);
         let spec = source.convert_spec(key);
+        let untracked = (!tracked).then_some((bucket.as_str(), key));
+        let guard = Guard {
+            expected: expected_output,
+            version: &version,
+            untracked,
+        };
         let (stats, etag) = self
             .convert_and_upload(
                 body,
@@ -791,12 +881,15 @@ impl Pipeline {
                 (bucket, key),
                 (&out_bucket, &out_key),
                 &metadata,
-                expected_output,
-                version.sequencer.as_ref(),
+                &guard,
             )
             .await?;
+        let guard = Guard {
+            expected: expected_rejects,
+            ..guard
+        };
         let rejects = self
-            .write_rejects(source, key, &version, &stats, &metadata, expected_rejects)
+            .write_rejects(source, key, &stats, &metadata, &guard)
             .await?;
         self.faults.check(Step::AfterOutputPut, key)?;
         Ok(Some(Converted {
@@ -849,25 +942,20 @@ impl Pipeline {
         &self,
         source: &Source,
         key: &str,
-        version: &VersionRef,
         stats: &ConvertStats,
         metadata: &BTreeMap<String, String>,
-        expected: Option<String>,
+        guard: &Guard<'_>,
     ) -> Result<Option<OutputRef>> {
         if source.doc.on_bad_row != OnBadRow::Reject {
             return Ok(None);
         }
         let bucket = &source.doc.output.bucket;
         let rejects_key = source.rejects_key(key);
-        let sequencer = version.sequencer.as_ref();
+        let version = guard.version;
         if stats.rejects.is_empty() {
             if let Some(found) = self.store.head(bucket, &rejects_key).await? {
-                if written_after(&found, sequencer) {
-                    return Err(ProcessError::StaleOutput {
-                        bucket: bucket.clone(),
-                        key: rejects_key,
-                    });
-                }
+                self.may_replace(bucket, &rejects_key, &found, guard)
+                    .await?;
                 self.store
                     .delete(bucket, &rejects_key, Some(&found.etag))
                     .await?;
@@ -883,14 +971,7 @@ impl Pipeline {
         );
         let body = rejects_jsonl(&source.doc.bucket, key, &version.version, &stats.rejects);
         let etag = self
-            .conditional_write(
-                bucket,
-                &rejects_key,
-                &Upload::Single(body),
-                metadata,
-                expected,
-                sequencer,
-            )
+            .conditional_write(bucket, &rejects_key, &Upload::Single(body), metadata, guard)
             .await?;
         Ok(Some(OutputRef {
             bucket: bucket.clone(),
@@ -902,7 +983,6 @@ impl Pipeline {
     /// Stream `body` through the converter on a blocking thread while the async side uploads
     /// the Parquet bytes: in one PUT when the output fits in one part, else by multipart. The
     /// write is conditional; see [`Pipeline::conditional_write`].
-    #[allow(clippy::too_many_arguments)]
     async fn convert_and_upload(
         &self,
         body: Body,
@@ -910,11 +990,10 @@ impl Pipeline {
         src: (&str, &str),
         out: (&str, &str),
         metadata: &BTreeMap<String, String>,
-        expected: Option<String>,
-        sequencer: Option<&Sequencer>,
+        guard: &Guard<'_>,
     ) -> Result<(ConvertStats, String)> {
         let (stats, etag, _) = self
-            .convert_and_upload_filtered(body, spec, src, out, metadata, expected, sequencer, None)
+            .convert_and_upload_filtered(body, spec, src, out, metadata, guard, None)
             .await?;
         Ok((stats, etag))
     }
@@ -929,8 +1008,7 @@ impl Pipeline {
         (src_bucket, src_key): (&str, &str),
         (out_bucket, out_key): (&str, &str),
         metadata: &BTreeMap<String, String>,
-        expected: Option<String>,
-        sequencer: Option<&Sequencer>,
+        guard: &Guard<'_>,
         filter: Option<Box<crate::bookmark::RowFilter>>,
     ) -> Result<(
         ConvertStats,
@@ -1011,7 +1089,7 @@ impl Pipeline {
         };
         let upload = uploaded?;
         let etag = self
-            .conditional_write(out_bucket, out_key, &upload, metadata, expected, sequencer)
+            .conditional_write(out_bucket, out_key, &upload, metadata, guard)
             .await;
         if let (Err(_), Upload::Multipart(id, _)) = (&etag, &upload) {
             store.abort_multipart(out_bucket, out_key, id).await?;
@@ -1022,19 +1100,21 @@ impl Pipeline {
     /// Write (or complete) the output under the condition the ledger implies: absent for a
     /// first write, the committed ETag for a replacement. When the condition fails, the
     /// output found there is a leftover of an attempt that never committed (or of an older
-    /// version): overwrite it, conditional on its ETag, unless its metadata says it came from
-    /// a newer version, in which case this attempt is stale.
+    /// version): overwrite it, conditional on its ETag, unless [`Pipeline::may_replace`]
+    /// says this attempt is stale.
     async fn conditional_write(
         &self,
         bucket: &str,
         key: &str,
         upload: &Upload,
         metadata: &BTreeMap<String, String>,
-        expected: Option<String>,
-        sequencer: Option<&Sequencer>,
+        guard: &Guard<'_>,
     ) -> Result<String> {
         const TRIES: u32 = 4;
-        let mut condition = expected.map_or(WriteCondition::Absent, WriteCondition::Matches);
+        let mut condition = guard
+            .expected
+            .clone()
+            .map_or(WriteCondition::Absent, WriteCondition::Matches);
         for _ in 0..TRIES {
             let outcome = match upload {
                 Upload::Single(body) => {
@@ -1054,12 +1134,7 @@ impl Pipeline {
                     condition = match self.store.head(bucket, key).await? {
                         None => WriteCondition::Absent,
                         Some(found) => {
-                            if written_after(&found, sequencer) {
-                                return Err(ProcessError::StaleOutput {
-                                    bucket: bucket.to_string(),
-                                    key: key.to_string(),
-                                });
-                            }
+                            self.may_replace(bucket, key, &found, guard).await?;
                             info!(bucket, key, found_run = ?found.metadata.get(meta::RUN), "replacing an uncommitted output");
                             WriteCondition::Matches(found.etag)
                         }
@@ -1072,6 +1147,37 @@ impl Pipeline {
             key: key.to_string(),
             attempts: TRIES,
         })
+    }
+
+    /// May the write of `guard.version` replace `found`, the object under `bucket`/`key`? Not
+    /// when `found` was written from a newer version of the source (by the sequencers). A
+    /// write outside the ledger whose version an event did not order (a replay of a listed
+    /// version) replaces another version's output only while its own version is still the
+    /// source object's current one: a HEAD of the source decides, and the conditional write
+    /// that follows fails if the output changed after it was looked at.
+    async fn may_replace(
+        &self,
+        bucket: &str,
+        key: &str,
+        found: &crate::ports::ObjectMeta,
+        guard: &Guard<'_>,
+    ) -> Result<()> {
+        let stale = || ProcessError::StaleOutput {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+        };
+        if written_after(found, guard.version.sequencer.as_ref()) {
+            return Err(stale());
+        }
+        if let Some((src_bucket, src_key)) = guard.untracked
+            && !from_version(found, &guard.version.version)
+        {
+            let current = self.store.head(src_bucket, src_key).await?;
+            if current.map(|m| m.etag) != guard.version.etag {
+                return Err(stale());
+            }
+        }
+        Ok(())
     }
 
     /// A paused or disabled source: convert straight to the output, ledger untouched. Pause
@@ -1096,15 +1202,58 @@ impl Pipeline {
             return Ok(Outcome::Skipped(Skip::Duplicate));
         }
         match self
-            .convert_version(source, key, &version, (None, None), ctx)
-            .await?
+            .convert_version(source, key, &version, (None, None), false, ctx)
+            .await
         {
-            Some(converted) => Ok(Outcome::Untracked {
+            Ok(Some(converted)) => Ok(Outcome::Untracked {
                 rows: converted.stats.rows,
             }),
-            None => Ok(Outcome::NotCurrent),
+            // The object moved on, or the output found is another version's and ours is no
+            // longer the object's current one: nothing to replace.
+            Ok(None) | Err(ProcessError::StaleOutput { .. }) => Ok(Outcome::NotCurrent),
+            Err(e) => Err(e),
         }
     }
+}
+
+/// The outcome of a claim the protocol skipped. A duplicate of a version the caller's own job
+/// committed (a work item delivered again) is that job's processed item, with the commit's
+/// numbers: the job counts it once, as processed, whichever delivery finishes its message.
+fn skipped(skip: Skip, record: Option<&Record>, ctx: &RunContext) -> Outcome {
+    let ours = record
+        .and_then(|r| r.committed.as_ref())
+        .filter(|c| skip == Skip::Duplicate && ctx.same_job(&c.run_id));
+    match ours.map(|c| (c, &c.target)) {
+        Some((c, Target::Version(v))) => Outcome::Processed {
+            version: v.version.clone(),
+            rows: c.rows,
+            rejected: c.rejected,
+            outputs: c.outputs.clone(),
+        },
+        _ => Outcome::Skipped(skip),
+    }
+}
+
+/// What a conditional write of an output (or rejects file) may replace.
+#[derive(Clone)]
+struct Guard<'a> {
+    /// The ETag the ledger has for the object (`None`: a first write).
+    expected: Option<String>,
+    /// The source version being written: its sequencer, when an event gave one, orders it
+    /// against the version an output found there came from.
+    version: &'a VersionRef,
+    /// For a write outside the ledger (replay, pause, disable): the source object's bucket
+    /// and key, whose current version is checked before another version's output is
+    /// replaced. `None` for the claim holder's writes, which the ledger serializes.
+    untracked: Option<(&'a str, &'a str)>,
+}
+
+/// Was `found` written from version `version` of its source (by its metadata)?
+fn from_version(found: &crate::ports::ObjectMeta, version: &str) -> bool {
+    found
+        .metadata
+        .get(meta::SOURCE_VERSION)
+        .is_some_and(|v| *v == utf8_percent_encode(version, NON_ALPHANUMERIC).to_string())
 }
 
 /// What [`Pipeline::convert_version`] made of a version.

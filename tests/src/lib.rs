@@ -21,7 +21,9 @@ use tidemark::aws::dynamodb::DynamoLedger;
 use tidemark::aws::s3::S3Store;
 use tidemark::config::Config;
 use tidemark::ingest::{self, Response};
-use tidemark::ports::{GetOutcome, Ledger, ObjectStore, PutOutcome, TestClock, WriteCondition};
+use tidemark::ports::{
+    GetOutcome, Ledger, ObjectStore, PutOutcome, TestClock, WorkQueue, WriteCondition,
+};
 use tidemark::process::{Faults, Pipeline, RunContext};
 
 pub use flaky::FlakyStore;
@@ -92,6 +94,24 @@ impl Stack {
                 .unwrap_or_else(|e| panic!("cannot create bucket {b} on the S3 emulator: {e:?}"));
         }
         stack
+    }
+
+    /// A fresh SQS queue on the emulator.
+    pub async fn queue(&self, name: &str) -> tidemark::aws::sqs::SqsQueue {
+        require_env("AWS_ENDPOINT_URL_SQS");
+        let conf = aws_config::load_from_env().await;
+        let sqs = aws_sdk_sqs::Client::new(&conf);
+        let name = format!("{name}-{}", self.table);
+        let url = sqs
+            .create_queue()
+            .queue_name(&name)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("cannot create queue {name} on the emulator: {e:?}"))
+            .queue_url()
+            .unwrap_or_default()
+            .to_string();
+        tidemark::aws::sqs::SqsQueue::new(sqs, url)
     }
 
     /// The sources document of the suites (see [`orders_config`]).
@@ -312,6 +332,8 @@ pub struct Backends {
     /// The clock of every pipeline (starts at the real time: reconcile windows compare it with
     /// objects' last-modified times).
     pub clock: TestClock,
+    /// The work queue of backfills: an SQS queue on the emulator, or a local queue.
+    pub queue: Arc<dyn WorkQueue>,
     dir: Option<std::path::PathBuf>,
 }
 
@@ -327,6 +349,7 @@ impl Backends {
     /// S3 on the emulator and DynamoDB Local (a fresh table and buckets).
     pub async fn aws() -> Self {
         let stack = Stack::new().await;
+        let queue = stack.queue("backfill").await;
         Self {
             name: "aws",
             store: Arc::new(S3Store::new(stack.s3.clone())),
@@ -334,6 +357,7 @@ impl Backends {
             landing: stack.landing.clone(),
             lake: stack.lake.clone(),
             clock: TestClock::at(chrono_now()),
+            queue: Arc::new(queue),
             dir: None,
         }
     }
@@ -347,6 +371,8 @@ impl Backends {
         }
         let ledger =
             tidemark::local::SqliteLedger::open(dir.join("ledger.db")).expect("open ledger");
+        let queue = tidemark::local::LocalQueue::open(dir.join("queue.db"), "backfill")
+            .expect("open queue");
         Self {
             name: "embedded",
             store: Arc::new(store),
@@ -354,6 +380,7 @@ impl Backends {
             landing: "landing".into(),
             lake: "lake".into(),
             clock: TestClock::at(chrono_now()),
+            queue: Arc::new(queue),
             dir: Some(dir),
         }
     }
@@ -384,6 +411,68 @@ impl Backends {
     pub fn ctx(&self, run_id: &str) -> RunContext {
         use tidemark::ports::Clock;
         RunContext::new(run_id, self.clock.now_ms())
+    }
+
+    /// Run a backfill the way a deployment does: the planner (called again while it stops at
+    /// its bounds, as the function's self-invocations do) sends work items to this pair's
+    /// queue, and a fleet of `workers` runs the ingest handler of `p` on them until the job
+    /// has nothing left to do. Returns the planner's calls and the job's last status.
+    pub async fn backfill(
+        &self,
+        p: &Pipeline,
+        req: tidemark::backfill::Request,
+        workers: usize,
+    ) -> (Vec<tidemark::backfill::Response>, tidemark::jobs::JobStatus) {
+        let mut calls = Vec::new();
+        let mut req = req;
+        loop {
+            let resp = tidemark::backfill::plan(
+                p,
+                &*self.queue,
+                &req,
+                i64::MAX,
+                tidemark::work::Packing::default(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}: backfill planner: {e}", self.name));
+            let again = !resp.done && resp.listed > 0;
+            req = tidemark::backfill::Request {
+                job: resp.job.clone(),
+                ..Default::default()
+            };
+            calls.push(resp);
+            if !again || calls.len() > 100 {
+                break;
+            }
+        }
+        let job = calls[0].job.clone().expect("not a dry run");
+        let status = self
+            .fleet(p, workers)
+            .run_job(&*self.ledger, &job, 20, |_| {})
+            .await;
+        (
+            calls,
+            status.unwrap_or_else(|e| panic!("{}: fleet: {e}", self.name)),
+        )
+    }
+
+    /// A fleet of `workers` running the ingest handler of `p` on this pair's queue: messages
+    /// come back 2 s after a receive that did not delete them, and an invocation's deadline
+    /// is the test clock's now (its leases end [`LEASE_MARGIN_MS`] later, so
+    /// [`Stack::expire_leases`]-style clock moves expire them).
+    pub fn fleet(&self, p: &Pipeline, workers: usize) -> tidemark::fleet::Fleet {
+        tidemark::fleet::Fleet {
+            queue: self.queue.clone(),
+            handler: tidemark::fleet::ingest_handler(p.clone(), 4),
+            clock: Arc::new(self.clock.clone()),
+            opts: tidemark::fleet::FleetOptions {
+                workers,
+                visibility_ms: 2_000,
+                wait_ms: 100,
+                timeout_ms: 0,
+                ..Default::default()
+            },
+        }
     }
 
     /// Write `body` to the landing bucket (replacing what is there); no event is sent.
@@ -482,6 +571,41 @@ impl Totals {
         self.quantity += o.quantity;
         self.amount_cents += o.amount_cents;
     }
+}
+
+/// Wait (up to two minutes) until job `job` of `b` is finished; its status.
+pub async fn wait_for_job(b: &Backends, job: &str) -> tidemark::jobs::JobStatus {
+    use tidemark::jobs::{JobState, JobStatus};
+    let mut status = None;
+    for _ in 0..1200 {
+        let (j, c) = b
+            .ledger
+            .get_job(job)
+            .await
+            .expect("read job")
+            .expect("job exists");
+        let s = JobStatus::of(j, c);
+        if s.state == JobState::Finished {
+            return s;
+        }
+        status = Some(s);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("{}: job {job} did not finish: {status:#?}", b.name)
+}
+
+/// Run a fleet of `workers` (the ingest handler of `p`) on `b`'s queue until job `job` has
+/// nothing left to do; its last status.
+pub async fn run_until_empty(
+    b: &Backends,
+    p: &Pipeline,
+    job: &str,
+    workers: usize,
+) -> tidemark::jobs::JobStatus {
+    b.fleet(p, workers)
+        .run_job(&*b.ledger, job, 20, |_| {})
+        .await
+        .unwrap_or_else(|e| panic!("{}: fleet: {e}", b.name))
 }
 
 /// Rows and sums of one Parquet file of orders.

@@ -978,3 +978,129 @@ async fn run_status_and_rewind_on_the_aws_pair() {
     let commands: Vec<&str> = audit.iter().map(|e| e.command.as_str()).collect();
     assert_eq!(commands, ["run", "rewind", "run"]);
 }
+
+#[tokio::test]
+async fn backfill_is_one_command_on_the_embedded_backends_and_its_job_can_be_watched() {
+    let env = Env::new(3).await;
+    let expected = env.upload_orders(0, 7).await;
+    env.upload(
+        "in/2024/03/bad/orders-x.csv",
+        "order_id,customer,quantity,amount,ordered_at\nx,a,1,1.00,2024-03-01T00:00:00Z\n",
+    )
+    .await;
+    // Bounded calls, all of them (--all), worked off by local workers, with a summary.
+    let (code, out) = env
+        .cli(&[
+            "backfill",
+            "--source",
+            "orders",
+            "--max-objects",
+            "3",
+            "--all",
+            "--workers",
+            "2",
+            "--visibility",
+            "1",
+        ])
+        .await;
+    assert_eq!(
+        code,
+        ExitCode::from(1),
+        "a quarantined object: exit 1\n{out}"
+    );
+    assert!(out.contains("finished"), "{out}");
+    assert_eq!(env.lake("orders").await, (7, expected));
+    let bad = env
+        .backend
+        .pipeline
+        .ledger
+        .get("orders", "in/2024/03/bad/orders-x.csv")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        bad.status,
+        Status::Quarantined,
+        "max_attempts deliveries of its message"
+    );
+
+    let (code, json_out) = env.cli(&["--json", "backfill", "status"]).await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    let jobs: Value = serde_json::from_str(&json_out).unwrap();
+    let job = &jobs[0];
+    assert_eq!(job["state"], "finished", "{job:#}");
+    assert_eq!(job["plan"]["enqueued"], 8);
+    assert_eq!(job["plan"]["slices"], 3, "calls of 3, 3 and 2");
+    assert_eq!(
+        (
+            job["counts"]["processed"].as_u64(),
+            job["counts"]["quarantined"].as_u64()
+        ),
+        (Some(7), Some(1))
+    );
+    assert_eq!(job["counts"]["rows"].as_u64(), Some(expected.rows));
+    let id = job["id"].as_str().unwrap().to_string();
+    let (_, one) = env.cli(&["backfill", "status", &id]).await;
+    assert!(one.contains(&id) && one.contains("3 call(s)"), "{one}");
+
+    // Everything done: the next backfill enqueues only the quarantined object again.
+    let (code, out) = env
+        .cli(&["backfill", "--source", "orders", "--visibility", "1"])
+        .await;
+    assert_eq!(
+        code,
+        ExitCode::from(1),
+        "the quarantined object is listed\n{out}"
+    );
+    let (_, json_out) = env
+        .cli(&["--json", "backfill", "status", "--limit", "1"])
+        .await;
+    let last: Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(last[0]["plan"]["already_done"], 7, "{last:#}");
+
+    // A dry run names what it would enqueue and creates no job.
+    env.upload_orders(7, 2).await;
+    let (code, out) = env
+        .cli(&["backfill", "--source", "orders", "--dry-run"])
+        .await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(
+        out.contains("would enqueue: in/2024/03/07/orders-7.csv"),
+        "{out}"
+    );
+    let (_, json_out) = env.cli(&["--json", "backfill", "status"]).await;
+    let all: Value = serde_json::from_str(&json_out).unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 2);
+
+    // Planned only (--no-wait), then resumed: the messages wait in the local queue.
+    let (code, out) = env
+        .cli(&["backfill", "--source", "orders", "--no-wait"])
+        .await;
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    assert!(out.contains("running"), "{out}");
+    assert_eq!(env.lake("orders").await.0, 7);
+    let (_, json_out) = env
+        .cli(&["--json", "backfill", "status", "--limit", "1"])
+        .await;
+    let id = serde_json::from_str::<Value>(&json_out).unwrap()[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (code, out) = env
+        .cli(&["backfill", "--resume", &id, "--visibility", "1"])
+        .await;
+    assert_eq!(code, ExitCode::from(1), "{out}");
+    assert_eq!(env.lake("orders").await.0, 9);
+    let audit = env
+        .backend
+        .pipeline
+        .ledger
+        .audit_log(Some("orders"))
+        .await
+        .unwrap();
+    assert!(
+        audit
+            .iter()
+            .any(|e| e.command == "backfill" && e.args["job"] == json!(id))
+    );
+}

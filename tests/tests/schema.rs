@@ -11,7 +11,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::{Array, RecordBatch};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::json;
-use tidemark::backfill::{self, Request};
+use tidemark::backfill::Request;
 use tidemark::config::{Config, schema_version};
 use tidemark::model::Status;
 use tidemark::process::Pipeline;
@@ -48,24 +48,27 @@ fn pipeline(b: &Backends, config: &Arc<Config>) -> Pipeline {
     b.pipeline_with(config.clone())
 }
 
-/// Backfill both sources under `config`; (processed, failed, errors).
+/// Backfill both sources under `config` on the fleet; (processed, quarantined, last errors
+/// of the quarantined objects).
 async fn backfill_all(b: &Backends, config: &Arc<Config>, stale: bool) -> (u64, u64, Vec<String>) {
     let p = pipeline(b, config);
-    let (mut processed, mut failed, mut errors) = (0, 0, Vec::new());
+    let (mut processed, mut quarantined, mut errors) = (0, 0, Vec::new());
     for source in ["orders", "orders_json"] {
         let req = Request {
             source: source.into(),
             stale_config: stale,
             ..Request::default()
         };
-        let r = backfill::run(&p, config, &req, &b.ctx("schema"), i64::MAX)
-            .await
-            .expect("backfill");
-        processed += r.processed;
-        failed += r.failed;
-        errors.extend(r.errors);
+        let (_, status) = b.backfill(&p, req, 2).await;
+        processed += status.counts.processed;
+        quarantined += status.counts.quarantined;
+        for r in b.ledger.list(source).await.unwrap() {
+            if r.status == tidemark::model::Status::Quarantined {
+                errors.extend(r.last_error);
+            }
+        }
     }
-    (processed, failed, errors)
+    (processed, quarantined, errors)
 }
 
 /// Each output as one batch.

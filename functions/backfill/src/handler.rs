@@ -1,18 +1,20 @@
-//! One invocation: one bounded slice of the backfill, then the next slice by asynchronous
-//! self-invocation.
+//! One invocation: one bounded call of the planner (list, leave out what is done, enqueue the
+//! rest for the ingest fleet), then, when more remains, the next call by asynchronous
+//! self-invocation with the job's id.
 
 use std::sync::Arc;
 
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde_json::Value;
 use tidemark::backfill::{self, Request, RequestError, Response};
-use tidemark::config::Config;
-use tidemark::process::{Pipeline, RunContext};
+use tidemark::ports::WorkQueue;
+use tidemark::process::Pipeline;
+use tidemark::work::Packing;
 
-/// Stop taking new objects this long before the deadline, ms.
+/// Stop taking new pages this long before the deadline, ms.
 const SAFETY_MS: i64 = 30_000;
 
-/// How the next slice is started.
+/// How the next call is started.
 pub(crate) enum Chain {
     /// Invoke this function again, asynchronously (`InvocationType=Event`).
     SelfInvoke {
@@ -37,7 +39,7 @@ pub(crate) fn chain_from_env(client: aws_sdk_lambda::Client) -> Chain {
 
 pub(crate) struct Deps {
     pub pipeline: Pipeline,
-    pub config: Arc<Config>,
+    pub queue: Arc<dyn WorkQueue>,
     pub chain: Chain,
 }
 
@@ -50,14 +52,11 @@ pub(crate) enum HandlerError {
     /// The request cannot be served.
     #[error(transparent)]
     Request(#[from] RequestError),
-    /// The next slice could not be started; the response's continuation resumes it.
+    /// The next call could not be started; invoking `{"job": …}` resumes the job.
     #[error(
-        "could not invoke the next slice (resume with continuation {continuation:?}): {message}"
+        "could not invoke the next call of job {job} (invoke {{\"job\": \"{job}\"}} to resume it): {message}"
     )]
-    Chain {
-        continuation: String,
-        message: String,
-    },
+    Chain { job: String, message: String },
 }
 
 impl From<HandlerError> for Diagnostic {
@@ -81,30 +80,28 @@ pub(crate) async fn function_handler(
     let req: Request =
         serde_json::from_value(event.payload).map_err(|e| HandlerError::Payload(e.to_string()))?;
     let deadline_ms = i64::try_from(event.context.deadline).unwrap_or(i64::MAX / 2);
-    let ctx = RunContext::new(event.context.request_id.clone(), deadline_ms);
-    let resp = backfill::run(
+    let resp = backfill::plan(
         &deps.pipeline,
-        &deps.config,
+        &*deps.queue,
         &req,
-        &ctx,
         deadline_ms - SAFETY_MS,
+        Packing::default(),
     )
     .await?;
-    tracing::info!(source = %resp.source, taken = resp.taken, processed = resp.processed, failed = resp.failed, continuation = ?resp.continuation, "backfill slice done");
-    if let (false, Chain::SelfInvoke { client, function }, false) =
-        (resp.done, &deps.chain, req.dry_run)
+    tracing::info!(job = ?resp.job, source = %resp.source, listed = resp.listed, enqueued = resp.enqueued, messages = resp.messages, done = resp.done, stopped = ?resp.stopped, continuation = ?resp.continuation, "backfill planner call done");
+    if let (false, Chain::SelfInvoke { client, function }, Some(job)) =
+        (resp.done, &deps.chain, &resp.job)
     {
-        if resp.taken == 0 {
-            // Not even one object fit before the deadline: chaining would loop forever.
+        if resp.listed == 0 && resp.messages == 0 {
+            // Not even one page before the deadline: chaining would loop forever.
             return Err(HandlerError::Chain {
-                continuation: resp.continuation.clone().unwrap_or_default(),
+                job: job.clone(),
                 message: "no progress before the deadline; raise the function timeout".into(),
             });
         }
-        let continuation = resp.continuation.clone().unwrap_or_default();
         let next = Request {
-            continuation: resp.continuation.clone(),
-            ..req
+            job: Some(job.clone()),
+            ..Request::default()
         };
         let payload = serde_json::to_vec(&next).unwrap_or_default();
         client
@@ -115,7 +112,7 @@ pub(crate) async fn function_handler(
             .send()
             .await
             .map_err(|e| HandlerError::Chain {
-                continuation: continuation.clone(),
+                job: job.clone(),
                 message: aws_sdk_lambda::error::DisplayErrorContext(&e).to_string(),
             })?;
     }
@@ -126,6 +123,7 @@ pub(crate) async fn function_handler(
 mod tests {
     use lambda_runtime::Context;
     use serde_json::json;
+    use tidemark::local::LocalQueue;
     use tidemark::testing::{embedded_pipeline, land};
 
     use super::*;
@@ -143,16 +141,16 @@ mod tests {
 
     async fn deps(dir: &std::path::Path) -> Deps {
         let pipeline = embedded_pipeline(dir).await;
-        let config = pipeline.config.clone();
+        let queue = LocalQueue::open(dir.join("queue.db"), "backfill").unwrap();
         Deps {
             pipeline,
-            config,
+            queue: Arc::new(queue),
             chain: Chain::Off,
         }
     }
 
     #[tokio::test]
-    async fn slices_follow_the_continuation_and_unknown_fields_are_refused() {
+    async fn calls_resume_the_job_and_unknown_fields_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let d = deps(dir.path()).await;
         for i in 0..5 {
@@ -171,29 +169,33 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(
-            (first.processed, first.done, first.continuation.as_deref()),
+            (first.enqueued, first.done, first.continuation.as_deref()),
             (3, false, Some("in/2.csv"))
         );
-        let rest = function_handler(
-            &d,
-            LambdaEvent::new(
-                json!({"source": "orders", "max_objects": 3, "continuation": "in/2.csv"}),
-                ctx(),
-            ),
-        )
-        .await
-        .unwrap();
-        assert_eq!((rest.processed, rest.done), (2, true));
+        let job = first.job.clone().unwrap();
+        let rest = function_handler(&d, LambdaEvent::new(json!({"job": job}), ctx()))
+            .await
+            .unwrap();
+        assert_eq!((rest.enqueued, rest.done), (2, true));
+        let (record, _) = d.pipeline.ledger.get_job(&job).await.unwrap().unwrap();
+        assert_eq!((record.plan.enqueued, record.plan.slices), (5, 2));
+        assert_eq!(
+            d.queue.depth().await.unwrap().visible,
+            2,
+            "one message per call"
+        );
 
-        // A slice with no time left takes nothing and says it is not done.
-        land(&d.pipeline, "in/5.csv", "id,amount\n1,1.00\n", "01").await;
+        // A call with no time left lists nothing and says it is not done.
         let late = function_handler(
             &d,
             LambdaEvent::new(json!({"source": "orders"}), Context::default()),
         )
         .await
         .unwrap();
-        assert_eq!((late.taken, late.done), (0, false));
+        assert_eq!(
+            (late.listed, late.done, late.stopped.as_deref()),
+            (0, false, Some("deadline"))
+        );
 
         let err = function_handler(
             &d,

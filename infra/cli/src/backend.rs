@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use clap::ValueEnum;
 use tidemark::config::{Config, Mode, Source};
-use tidemark::local::{FolderStore, SqliteLedger};
-use tidemark::ports::{Clock, SystemClock};
+use tidemark::local::{FolderStore, LocalQueue, SqliteLedger};
+use tidemark::ports::{Clock, SystemClock, WorkQueue};
 use tidemark::process::{Pipeline, RunContext};
 
 use crate::Error;
@@ -46,6 +46,10 @@ pub struct Backend {
     pub description: String,
     /// The SQLite ledger file, for the embedded pair.
     pub ledger_path: Option<PathBuf>,
+    /// The work queue of backfills: on the embedded pair a SQLite file beside the ledger
+    /// (`<root>/queue.db`); on AWS `None`, and `backfill` opens the queue named by
+    /// `TIDEMARK_BACKFILL_QUEUE_URL`.
+    pub backfill_queue: Option<Arc<dyn WorkQueue>>,
 }
 
 impl Backend {
@@ -73,10 +77,12 @@ impl Backend {
         }
         let ledger_path = root.join("ledger.db");
         let ledger = SqliteLedger::open(&ledger_path)?;
+        let queue = LocalQueue::open(root.join("queue.db"), "backfill")?;
         Ok(Self {
             pipeline: Pipeline::new(Arc::new(store), Arc::new(ledger), clock, config),
             description: format!("embedded: {}", root.display()),
             ledger_path: Some(ledger_path),
+            backfill_queue: Some(Arc::new(queue)),
         })
     }
 
@@ -93,7 +99,14 @@ impl Backend {
             pipeline,
             description: description.into(),
             ledger_path: None,
+            backfill_queue: None,
         }
+    }
+
+    /// These backends with `queue` as the work queue of backfills.
+    pub fn with_backfill_queue(mut self, queue: Arc<dyn WorkQueue>) -> Self {
+        self.backfill_queue = Some(queue);
+        self
     }
 
     /// The configuration.

@@ -16,7 +16,8 @@
 //!   [`commands::explain`]: `explain`; [`commands::watermark`]: `rewind`, `reset`,
 //!   `mark-processed`, `forget`; [`commands::mode`]: `mode`; [`commands::audit`]: `audit` and
 //!   the audit entries every state-changing command writes; [`commands::invoke`]: `invoke`;
-//!   [`commands::outputs`]: `outputs`; [`commands::repair`]: `reconcile` and `backfill`;
+//!   [`commands::outputs`]: `outputs`; [`commands::repair`]: `reconcile`;
+//!   [`commands::backfill`]: `backfill` and `backfill status`;
 //! - [`demo`]: `demo`, the zero-setup tour.
 //!
 //! Exit codes: 0 success; 1 the command ran and found a problem (an object failed, a record
@@ -170,9 +171,11 @@ pub enum Command {
     /// and sums of source, ledger and lake, and repair. Without --from/--to, close each
     /// source's next windows as the scheduled function does. Exits 1 unless clean.
     Reconcile(commands::repair::ReconcileArgs),
-    /// Backfill a source (or a prefix / time range of it) through the exactly-once path, in
-    /// bounded slices; --all follows the continuations to the end.
-    Backfill(commands::repair::BackfillArgs),
+    /// Backfill a source (or a prefix / time range of it, or an S3 Inventory): the planner
+    /// lists what is not done and enqueues it as work items; the fleet (local worker tasks on
+    /// the embedded backends, the ingest function on AWS) takes them through the exactly-once
+    /// path. `backfill status [JOB]` shows the jobs.
+    Backfill(commands::backfill::BackfillArgs),
     /// The zero-setup tour on the embedded backends: generate data, run, overwrite, delete,
     /// and check rows and sums of source, lake and ledger.
     Demo {
@@ -247,7 +250,7 @@ pub async fn dispatch(
         Command::Outputs { source } => outputs::outputs_command(backend, &source, json, out).await,
         Command::Audit { source } => audit::audit_command(backend, source, json, out).await,
         Command::Reconcile(args) => repair::reconcile_command(backend, &args, json, out).await,
-        Command::Backfill(args) => repair::backfill_command(backend, &args, json, out).await,
+        Command::Backfill(args) => backfill::backfill_command(backend, &args, json, out).await,
         Command::Demo { dir } => demo::demo(dir, out).await,
     }
 }

@@ -601,8 +601,12 @@ impl JobStore for DynamoLedger {
             .condition_expression(COND_ABSENT)
             .build()
             .map_err(|e| self.job_err("TransactWriteItems", job_id, build_failure(e)))?;
+        let counts = JobCounts {
+            messages: 1,
+            ..*counts
+        };
         let add = self
-            .add_to_shard(job_id, message % JOB_SHARDS, counts, now)
+            .add_to_shard(job_id, message % JOB_SHARDS, &counts, now)
             .as_input()
             .clone();
         let update = Update::builder()

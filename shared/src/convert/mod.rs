@@ -26,7 +26,7 @@ mod input;
 mod json;
 // Not `mod parquet`, which would shadow the crate of that name here.
 #[path = "parquet.rs"]
-mod parquet_input;
+pub(crate) mod parquet_input;
 pub mod reject;
 mod stats;
 #[cfg(test)]

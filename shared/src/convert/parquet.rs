@@ -236,7 +236,7 @@ impl Batches for ParquetBatches {
 }
 
 /// Copies `input` to an anonymous temporary file, removed when dropped.
-fn spool(mut input: impl BufRead) -> Result<File, ConvertError> {
+pub(crate) fn spool(mut input: impl BufRead) -> Result<File, ConvertError> {
     let spool_error = |e: io::Error| {
         ConvertError::Io(io::Error::new(
             e.kind(),

@@ -494,6 +494,7 @@ impl JobStore for SqliteLedger {
                 &tx,
                 &id,
                 &JobCounts {
+                    messages: 1,
                     updated_at: now,
                     ..counts
                 },
@@ -869,14 +870,15 @@ mod tests {
 
         Connection::open(&path)
             .unwrap()
-            .pragma_update(None, "user_version", 3)
+            .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
             .unwrap();
         let e = SqliteLedger::open(&path).unwrap_err();
-        assert!(e.to_string().contains("schema version 3"), "{e}");
+        let newer = format!("schema version {}", SCHEMA_VERSION + 1);
+        assert!(e.to_string().contains(&newer), "{e}");
     }
 
     #[tokio::test]
-    async fn a_version_1_file_gains_the_audit_and_sources_tables() {
+    async fn a_version_1_file_gains_the_newer_tables() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("ledger.db");
         {
@@ -910,6 +912,8 @@ mod tests {
         };
         ledger.audit(&entry).await.unwrap();
         assert_eq!(ledger.audit_log(None).await.unwrap(), [entry]);
+        // ... and the job tables of version 3.
+        assert!(ledger.list_jobs(10).await.unwrap().is_empty());
         let version: i32 = Connection::open(&path)
             .unwrap()
             .pragma_query_value(None, "user_version", |r| r.get(0))

@@ -244,6 +244,11 @@ impl Pipeline {
         let expected = previous
             .and_then(|c| c.outputs.iter().find(|o| o.key == out_key))
             .map(|o| o.etag.clone());
+        let guard = super::Guard {
+            expected,
+            version: &version,
+            untracked: None,
+        };
         let (stats, etag, filter) = self
             .convert_and_upload_filtered(
                 body,
@@ -251,8 +256,7 @@ impl Pipeline {
                 (bucket, key),
                 (&out_bucket, &out_key),
                 &metadata,
-                expected,
-                version.sequencer.as_ref(),
+                &guard,
                 Some(filter),
             )
             .await?;

@@ -3,6 +3,7 @@
 //! prints the report (a table, or `--json`) and picks the exit code.
 
 pub mod audit;
+pub mod backfill;
 pub mod explain;
 pub mod invoke;
 pub mod mode;

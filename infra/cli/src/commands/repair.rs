@@ -1,16 +1,14 @@
-//! `reconcile` and `backfill`: the reconcile and backfill functions' handlers, run from the
-//! command line on either backend pair.
+//! `reconcile`: the reconcile function's handler, run from the command line on either backend
+//! pair.
 //!
 //! `reconcile` without `--from`/`--to` is a scheduled run (closes each source's next windows
 //! and remembers them; needs `reports` in the configuration); with them it re-checks that
-//! window. `backfill` takes one bounded slice, or with `--all` follows the continuations to
-//! the end of the range, the way the function's self-invocations do.
+//! window.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::json;
-use tidemark::backfill::{self, Request};
 use tidemark::reconcile;
 
 use super::{audit, print_json};
@@ -42,45 +40,6 @@ pub struct ReconcileArgs {
     /// Also write the HTML report to this file.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
-}
-
-/// Arguments of `backfill`.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct BackfillArgs {
-    /// The source.
-    #[arg(long)]
-    pub source: String,
-    /// Only keys under this prefix (within the source's prefix).
-    #[arg(long)]
-    pub prefix: Option<String>,
-    /// Only objects last modified at or after TIME.
-    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
-    pub since: Option<String>,
-    /// Only objects last modified before TIME.
-    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
-    pub until: Option<String>,
-    /// Take at most N objects per slice.
-    #[arg(long, value_name = "N")]
-    pub max_objects: Option<u64>,
-    /// Take at most B source bytes per slice.
-    #[arg(long, value_name = "B")]
-    pub max_bytes: Option<u64>,
-    /// Only list what would be processed.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Re-process the range without advancing the ledger.
-    #[arg(long)]
-    pub replay: bool,
-    /// Re-process only the objects processed under an older configuration of the source
-    /// (another schema, format or output), advancing the ledger.
-    #[arg(long, conflicts_with = "replay")]
-    pub stale_config: bool,
-    /// Resume after this key (a previous slice's continuation).
-    #[arg(long, value_name = "KEY")]
-    pub continuation: Option<String>,
-    /// Follow the continuations until the range is done.
-    #[arg(long)]
-    pub all: bool,
 }
 
 fn rfc3339(ms: i64) -> String {
@@ -222,107 +181,5 @@ pub async fn reconcile_command(
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
-}
-
-/// `tidemark backfill`.
-pub async fn backfill_command(
-    backend: &Backend,
-    args: &BackfillArgs,
-    json_out: bool,
-    out: Out<'_>,
-) -> Result<ExitCode, Error> {
-    let now = backend.now();
-    let time = |t: &Option<String>| -> Result<Option<String>, Error> {
-        Ok(t.as_deref()
-            .map(|t| parse_time(t, now).map(rfc3339))
-            .transpose()?)
-    };
-    let mut req = Request {
-        source: args.source.clone(),
-        prefix: args.prefix.clone(),
-        since: time(&args.since)?,
-        until: time(&args.until)?,
-        max_objects: args.max_objects,
-        max_bytes: args.max_bytes,
-        dry_run: args.dry_run,
-        replay: args.replay,
-        stale_config: args.stale_config,
-        continuation: args.continuation.clone(),
-    };
-    let mut slices = Vec::new();
-    loop {
-        let ctx = backend.ctx(&format!("backfill-{}", uuid::Uuid::new_v4()));
-        let resp = backfill::run(&backend.pipeline, backend.config(), &req, &ctx, i64::MAX).await?;
-        let (done, taken, next) = (resp.done, resp.taken, resp.continuation.clone());
-        slices.push(resp);
-        if done || !args.all || taken == 0 {
-            break;
-        }
-        req.continuation = next;
-    }
-    let failed: u64 = slices.iter().map(|s| s.failed).sum();
-    let processed: u64 = slices.iter().map(|s| s.processed).sum();
-    if processed > 0 && !args.dry_run {
-        audit::record(
-            backend,
-            &args.source,
-            if args.replay {
-                "backfill --replay"
-            } else if args.stale_config {
-                "backfill --stale-config"
-            } else {
-                "backfill"
-            },
-            json!({"prefix": args.prefix, "since": args.since, "until": args.until, "slices": slices.len()}),
-            processed,
-        )
-        .await?;
-    }
-    if json_out {
-        print_json(out, &slices)?;
-    } else {
-        let mut t = Table::new(&[
-            "SLICE",
-            "LISTED",
-            "TAKEN",
-            "PROCESSED",
-            "ALREADY DONE",
-            "FAILED",
-            "ROWS",
-            "CONTINUATION",
-        ]);
-        for (i, s) in slices.iter().enumerate() {
-            t.row(vec![
-                (i + 1).to_string(),
-                s.listed.to_string(),
-                s.taken.to_string(),
-                s.processed.to_string(),
-                s.already_done.to_string(),
-                s.failed.to_string(),
-                s.rows.to_string(),
-                if s.done {
-                    "(done)".into()
-                } else {
-                    s.continuation
-                        .clone()
-                        .unwrap_or_else(|| "(from the start)".into())
-                },
-            ]);
-        }
-        write!(out, "{}", t.render())?;
-        for s in &slices {
-            for k in &s.would_process {
-                writeln!(out, "would process: {k}")?;
-            }
-            for e in &s.errors {
-                writeln!(out, "error: {e}")?;
-            }
-        }
-    }
-    Ok(if failed > 0 {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
     })
 }

@@ -58,6 +58,9 @@ pub struct Summary {
     pub work_items: usize,
     /// Messages of work items whose counts were added to their job now.
     pub work_messages_finished: usize,
+    /// Work items not started before half the invocation's time was spent: their messages
+    /// come back.
+    pub work_items_left: usize,
 }
 
 impl Summary {
@@ -201,14 +204,21 @@ pub async fn handle(
         .count();
     // Futures made up front: a stream holding a closure would not be `Send` for all
     // lifetimes, and callers spawn this future.
+    // Work items are started only in the first half of the invocation's time (a message's
+    // items number up to fifty, ten messages a batch): an item not started by then sends its
+    // message back, to be finished by a later delivery, rather than the invocation timing
+    // out with everything in it.
+    let started = pipeline.clock.now_ms();
+    let last_start = started + (ctx.deadline_ms - started) / 2;
     let futures: Vec<_> = work
         .into_iter()
         .map(|(i, unit)| async move {
             let results = match unit {
-                Unit::Event(event) => pipeline.handle_event(event, ctx).await,
+                Unit::Event(event) => Some(pipeline.handle_event(event, ctx).await),
+                Unit::Item(..) if pipeline.clock.now_ms() >= last_start => None,
                 Unit::Item(batch, item) => {
                     let job_ctx = RunContext::for_job(&batch.job, &ctx.run_id, ctx.deadline_ms);
-                    vec![pipeline.handle_item(batch, item, &job_ctx).await]
+                    Some(vec![pipeline.handle_item(batch, item, &job_ctx).await])
                 }
             };
             (i, matches!(unit, Unit::Item(..)), results)
@@ -216,6 +226,11 @@ pub async fn handle(
         .collect();
     let mut results = futures::stream::iter(futures).buffer_unordered(concurrency.max(1));
     while let Some((i, is_item, object_results)) = results.next().await {
+        let Some(object_results) = object_results else {
+            response.summary.work_items_left += 1;
+            failed_messages[i] = true;
+            continue;
+        };
         for ObjectResult { outcome, .. } in object_results {
             if is_item && !tally(&mut job_counts[i], &outcome) {
                 failed_messages[i] = true;

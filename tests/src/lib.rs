@@ -457,9 +457,8 @@ impl Backends {
     }
 
     /// A fleet of `workers` running the ingest handler of `p` on this pair's queue: messages
-    /// come back 2 s after a receive that did not delete them, and an invocation's deadline
-    /// is the test clock's now (its leases end [`LEASE_MARGIN_MS`] later, so
-    /// [`Stack::expire_leases`]-style clock moves expire them).
+    /// come back 2 s after a receive that did not delete them; an invocation's deadline is a
+    /// minute after the test clock's now.
     pub fn fleet(&self, p: &Pipeline, workers: usize) -> tidemark::fleet::Fleet {
         tidemark::fleet::Fleet {
             queue: self.queue.clone(),
@@ -469,7 +468,7 @@ impl Backends {
                 workers,
                 visibility_ms: 2_000,
                 wait_ms: 100,
-                timeout_ms: 0,
+                timeout_ms: 60_000,
                 ..Default::default()
             },
         }

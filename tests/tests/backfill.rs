@@ -18,7 +18,7 @@ use tidemark::error::StoreError;
 use tidemark::jobs::{JobState, JobStatus};
 use tidemark::model::{Status, Target};
 use tidemark::ports::{
-    ByteRange, GetOutcome, ListPage, ObjectMeta, ObjectStore, PutOutcome, RangeOutcome,
+    ByteRange, Clock, GetOutcome, ListPage, ObjectMeta, ObjectStore, PutOutcome, RangeOutcome,
     WriteCondition,
 };
 use tidemark::process::{Faults, Pipeline, Step};
@@ -1114,7 +1114,50 @@ async fn an_inventory_report_replaces_the_listing(b: Backends) {
     assert!(wrong.to_string().contains("no such object"), "{wrong}");
 }
 
+/// An invocation past half its time starts no more work items: their message comes back,
+/// and a later delivery with time left finishes it.
+async fn work_items_not_started_in_time_send_their_message_back(b: Backends) {
+    let each = land(&b, 4).await;
+    let p = b.pipeline();
+    let plan = backfill::plan(
+        &p,
+        &*b.queue,
+        &orders(Request::default()),
+        i64::MAX,
+        Packing::default(),
+    )
+    .await
+    .unwrap();
+    let message = b.queue.receive(1, 1, 1_000).await.unwrap().remove(0);
+    let event = tidemark::fleet::sqs_event(std::slice::from_ref(&message), "arn");
+    let now = b.clock.now_ms();
+    let late = tidemark::process::RunContext::new("late", now - 1);
+    let r = tidemark::ingest::handle(&p, &event, &late, 4)
+        .await
+        .unwrap();
+    assert_eq!((r.summary.work_items_left, r.summary.processed), (4, 0));
+    assert_eq!(r.retry_messages, [message.id.clone()]);
+    let (_, counts) = b
+        .ledger
+        .get_job(plan.job.as_ref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(counts.messages, 0);
+    let timely = tidemark::process::RunContext::new("timely", now + 60_000);
+    let r = tidemark::ingest::handle(&p, &event, &timely, 4)
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.summary.processed, r.summary.work_messages_finished),
+        (4, 1)
+    );
+    assert!(r.retry_messages.is_empty());
+    assert_exact(&b, &each).await;
+}
+
 tidemark_tests::on_both!(
+    work_items_not_started_in_time_send_their_message_back,
     a_backfill_in_bounded_planner_calls_runs_on_the_fleet_exactly_once,
     overwrites_and_deletes_by_event_during_a_backfill_land_exactly,
     a_planner_that_dies_mid_page_resumes_without_a_duplicate_output_or_count,

@@ -8,10 +8,11 @@ Each test is one invariant; a failure names the invariant, then one line per off
 resource. The tables below are the contract between the Rust code and the template:
 
 * SDK_CALLS: the AWS calls each function's code makes, read off the code (the adapters in
-  shared/src/aws/, the pipeline in shared/src/process.rs, the per-function modules). The roles
-  must grant exactly what these calls need, on exactly those resources: a new grant fails the
-  test, and so does a new call, because the test also re-derives the calls from the source
-  (`store.X(` / `ledger.X(` / `client.X()`) and compares.
+  shared/src/aws/, the pipeline in shared/src/process.rs for the functions that run it, the
+  per-function modules). The roles must grant exactly what these calls need, on exactly those
+  resources: a new grant fails the test, and so does a new call, because the test also
+  re-derives the calls from the source (`store.X(` / `ledger.X(` / `queue.X(` / `client.X()`,
+  and per adapter method the SDK operations it sends) and compares.
 * PLATFORM_GRANTS: what Lambda, SQS, KMS and CloudWatch Logs need on the function's behalf
   (log delivery, queue polling, dead letters, encrypted environment / queues / table).
 * ENV: the environment variables each function reads; the template must set exactly these.
@@ -38,11 +39,15 @@ FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction")
 #   landing / lake   objects of the landing / lake bucket (the sources document may name no
 #                    other bucket: the SourcesConfig parameter says so and the default
 #                    document is checked below)
+#   inventory        objects of the bucket named by InventoryBucketName, granted only when the
+#                    parameter is set (CONDITIONAL_KINDS)
 #   table / index    the ledger table / its by_source index
+#   work_queue       the queue named by the function's TIDEMARK_BACKFILL_QUEUE_URL
 #   self             the function itself
 # ---------------------------------------------------------------------------------------------
 PIPELINE_CALLS = {
-    # shared/src/process.rs, Pipeline::process: the per-object path every function runs.
+    # shared/src/process.rs (and process/), Pipeline::handle_event / handle_item: the
+    # per-object path of ingest (events and backfill work items) and of reconcile's repairs.
     ("s3", "HeadObject", "landing"),  # a delete target: is the key really gone?
     ("s3", "GetObject", "landing"),  # the source version, pinned with If-Match
     ("s3", "PutObject", "lake"),  # output <= 8 MiB, If-None-Match / If-Match
@@ -56,7 +61,12 @@ PIPELINE_CALLS = {
     ("dynamodb", "PutItem", "table"),  # Ledger::create / replace: claim, commit, fail
 }
 SDK_CALLS = {
-    "IngestFunction": PIPELINE_CALLS,
+    "IngestFunction": PIPELINE_CALLS
+    | {
+        # shared/src/ingest.rs: a message of backfill work items whose items have all ended
+        ("dynamodb", "TransactWriteItems", "table"),  # finish_message: mark (Put) + counter (Update)
+        ("dynamodb", "UpdateItem", "table"),  # add_failures: a counter shard, ADD
+    },
     "ReconcileFunction": PIPELINE_CALLS
     | {
         # shared/src/reconcile.rs
@@ -65,79 +75,144 @@ SDK_CALLS = {
         ("s3", "PutObject", "lake"),  # reports (JSON, HTML); the window state (If-Match)
         ("dynamodb", "Query", "index"),  # Ledger::list, 16 shards of by_source
     },
-    "BackfillFunction": PIPELINE_CALLS
-    | {
-        # shared/src/backfill.rs, functions/backfill/src/handler.rs
-        ("s3", "ListObjectsV2", "landing"),  # list / list_after (StartAfter = continuation)
-        ("dynamodb", "Query", "index"),  # Ledger::list: what is done already
-        ("lambda", "Invoke", "self"),  # the next slice, InvocationType=Event
+    # The planner only: it lists and enqueues, and never runs the per-object path.
+    "BackfillFunction": {
+        # shared/src/backfill.rs, shared/src/inventory.rs, functions/backfill/src
+        ("s3", "ListObjectsV2", "landing"),  # list / list_after (StartAfter = the job's cursor)
+        ("s3", "GetObject", "inventory"),  # an S3 Inventory report: manifest.json, data files
+        ("dynamodb", "BatchGetItem", "table"),  # get_many: a page's records; get_job's counters
+        ("dynamodb", "GetItem", "table"),  # get_job: the job record
+        ("dynamodb", "PutItem", "table"),  # create_job / replace_job (conditional on rev)
+        ("sqs", "SendMessageBatch", "work_queue"),  # queue.send: the work items
+        ("lambda", "Invoke", "self"),  # the next planner call, InvocationType=Event
     },
 }
 
-# Which files make up each function's code path (besides the common pipeline).
-COMMON_CODE = ["shared/src/process.rs", "shared/src/protocol.rs"]
+# The files that make up each function's code path; the first is the function's own crate.
+# The per-object pipeline (COMMON_CODE) is on the path of ingest and reconcile, not of the
+# backfill planner.
+COMMON_CODE = ["shared/src/process.rs", "shared/src/process", "shared/src/protocol.rs"]
 FUNCTION_CODE = {
-    "IngestFunction": ["functions/ingest/src", "shared/src/ingest.rs"],
-    "ReconcileFunction": ["functions/reconcile/src", "shared/src/reconcile.rs"],
-    "BackfillFunction": ["functions/backfill/src", "shared/src/backfill.rs"],
+    "IngestFunction": ["functions/ingest/src", "shared/src/ingest.rs", *COMMON_CODE],
+    "ReconcileFunction": ["functions/reconcile/src", "shared/src/reconcile.rs", *COMMON_CODE],
+    "BackfillFunction": ["functions/backfill/src", "shared/src/backfill.rs", "shared/src/inventory.rs"],
+}
+# Files of shared/src that call the ports but are on no function's path, and why.
+NOT_ON_A_FUNCTION_PATH = {
+    "shared/src/fleet.rs": "the local fleet of the CLI and the test suites (receive / delete / depth)",
+    "shared/src/local": "the embedded backends (folder store, SQLite ledger and queue)",
+    "shared/src/testing.rs": "helpers of the test suites",
 }
 
-# The ports' methods and the SDK operation each one's AWS adapter sends
-# (shared/src/aws/s3.rs, shared/src/aws/dynamodb.rs).
+# The ports' methods and the SDK operations each one's AWS adapter sends (shared/src/aws/s3.rs,
+# dynamodb.rs, sqs.rs), re-derived per method from the adapters by
+# test_the_adapters_make_only_known_sdk_calls. Calls are read off the code as `store.X(`,
+# `ledger.X(` and `queue.X(`.
 STORE_METHODS = {
-    "head": "HeadObject",
-    "get": "GetObject",
-    "put": "PutObject",
-    "create_multipart": "CreateMultipartUpload",
-    "upload_part": "UploadPart",
-    "complete_multipart": "CompleteMultipartUpload",
-    "abort_multipart": "AbortMultipartUpload",
-    "delete": "DeleteObject",
-    "list": "ListObjectsV2",
-    "list_after": "ListObjectsV2",
+    "head": ("HeadObject",),
+    "get": ("GetObject",),
+    # A Range header; a 416 (the range starts past the end of an empty object) is answered
+    # by a HEAD. Both are s3:GetObject.
+    "get_range": ("GetObject", "HeadObject"),
+    "put": ("PutObject",),
+    "create_multipart": ("CreateMultipartUpload",),
+    "upload_part": ("UploadPart",),
+    "complete_multipart": ("CompleteMultipartUpload",),
+    "abort_multipart": ("AbortMultipartUpload",),
+    "delete": ("DeleteObject",),
+    "list": ("ListObjectsV2",),
+    "list_after": ("ListObjectsV2",),
 }
 LEDGER_METHODS = {
-    "get": "GetItem",
-    "create": "PutItem",
-    "replace": "PutItem",
-    "delete": "DeleteItem",  # operator: rewind / reset / forget (CLI)
-    "list": "Query",
-    "audit": "PutItem",  # operator (CLI)
-    "audit_log": "Scan",  # operator (CLI)
-    "source_mode": "GetItem",  # operator (CLI)
-    "set_source_mode": "PutItem",  # operator (CLI)
+    "get": ("GetItem",),
+    "get_many": ("BatchGetItem",),  # 100 keys a request
+    "create": ("PutItem",),
+    "replace": ("PutItem",),
+    "delete": ("DeleteItem",),  # operator: rewind / reset / forget (CLI)
+    "list": ("Query",),  # index by_source
+    "list_range": ("Query",),  # index by_source, a key range
+    "audit": ("PutItem",),  # operator (CLI)
+    "audit_log": ("Scan",),  # operator (CLI)
+    "source_mode": ("GetItem",),  # operator (CLI)
+    "set_source_mode": ("PutItem",),  # operator (CLI)
+    # Jobs (ports::JobStore, the same adapter and table).
+    "create_job": ("PutItem",),
+    "replace_job": ("PutItem",),
+    "get_job": ("GetItem", "BatchGetItem"),  # the job record, then its 16 counter items
+    "list_jobs": ("Query", "BatchGetItem"),  # index by_source (~jobs), then counters (CLI)
+    "finish_message": ("TransactWriteItems",),  # mark (Put) + counter shard (Update, ADD)
+    "add_failures": ("UpdateItem",),  # a counter shard, ADD
+}
+QUEUE_METHODS = {
+    "send": ("SendMessageBatch",),  # 10 entries a request
+    "receive": ("ReceiveMessage",),  # the local fleet and the CLI only
+    "delete": ("DeleteMessage",),  # the local fleet and the CLI only
+    "depth": ("GetQueueAttributes",),  # the CLI only
+}
+PORTS = {  # the name a port goes by in the code -> (service, its method table, its adapter)
+    "store": ("s3", STORE_METHODS, "shared/src/aws/s3.rs"),
+    "ledger": ("dynamodb", LEDGER_METHODS, "shared/src/aws/dynamodb.rs"),
+    "queue": ("sqs", QUEUE_METHODS, "shared/src/aws/sqs.rs"),
 }
 # SDK calls of the DynamoDB adapter that no Lambda makes: DynamoLedger::ensure_table, for the
 # local stack and first-time setup from the CLI.
 DYNAMODB_CLI_ONLY = {"CreateTable", "DescribeTable"}
 
-# SDK operation -> IAM action.
+# SDK operation -> IAM actions.
 IAM_ACTION = {
-    ("s3", "GetObject"): "s3:GetObject",
-    ("s3", "HeadObject"): "s3:GetObject",
-    ("s3", "PutObject"): "s3:PutObject",
-    ("s3", "CreateMultipartUpload"): "s3:PutObject",
-    ("s3", "UploadPart"): "s3:PutObject",
-    ("s3", "CompleteMultipartUpload"): "s3:PutObject",
-    ("s3", "AbortMultipartUpload"): "s3:AbortMultipartUpload",
-    ("s3", "DeleteObject"): "s3:DeleteObject",
-    ("s3", "ListObjectsV2"): "s3:ListBucket",
-    ("dynamodb", "GetItem"): "dynamodb:GetItem",
-    ("dynamodb", "PutItem"): "dynamodb:PutItem",
-    ("dynamodb", "DeleteItem"): "dynamodb:DeleteItem",
-    ("dynamodb", "Query"): "dynamodb:Query",
-    ("dynamodb", "Scan"): "dynamodb:Scan",
-    ("lambda", "Invoke"): "lambda:InvokeFunction",
+    ("s3", "GetObject"): ("s3:GetObject",),
+    ("s3", "HeadObject"): ("s3:GetObject",),
+    ("s3", "PutObject"): ("s3:PutObject",),
+    ("s3", "CreateMultipartUpload"): ("s3:PutObject",),
+    ("s3", "UploadPart"): ("s3:PutObject",),
+    ("s3", "CompleteMultipartUpload"): ("s3:PutObject",),
+    ("s3", "AbortMultipartUpload"): ("s3:AbortMultipartUpload",),
+    ("s3", "DeleteObject"): ("s3:DeleteObject",),
+    ("s3", "ListObjectsV2"): ("s3:ListBucket",),
+    ("dynamodb", "GetItem"): ("dynamodb:GetItem",),
+    ("dynamodb", "BatchGetItem"): ("dynamodb:BatchGetItem",),
+    ("dynamodb", "PutItem"): ("dynamodb:PutItem",),
+    ("dynamodb", "UpdateItem"): ("dynamodb:UpdateItem",),
+    ("dynamodb", "DeleteItem"): ("dynamodb:DeleteItem",),
+    ("dynamodb", "Query"): ("dynamodb:Query",),
+    ("dynamodb", "Scan"): ("dynamodb:Scan",),
+    # TransactWriteItems has no IAM action of its own: each action in the transaction is
+    # authorized as the operation it stands for (Put -> PutItem, Update -> UpdateItem, Delete ->
+    # DeleteItem, ConditionCheck -> ConditionCheckItem), per "Using IAM with DynamoDB
+    # transactions", https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/transaction-apis-iam.html.
+    # These are the kinds the adapter builds (checked against TRANSACT_ITEM_ACTION below).
+    ("dynamodb", "TransactWriteItems"): ("dynamodb:PutItem", "dynamodb:UpdateItem"),
+    # The batch actions have no IAM action of their own either: sqs:SendMessage covers
+    # SendMessageBatch ("Amazon SQS batch actions",
+    # https://docs.aws.amazon.com/AWSSimpleQueueService/latest/SQSDeveloperGuide/sqs-batch-api-actions.html).
+    ("sqs", "SendMessageBatch"): ("sqs:SendMessage",),
+    ("sqs", "ReceiveMessage"): ("sqs:ReceiveMessage",),
+    ("sqs", "DeleteMessage"): ("sqs:DeleteMessage",),
+    ("sqs", "GetQueueAttributes"): ("sqs:GetQueueAttributes",),
+    ("lambda", "Invoke"): ("lambda:InvokeFunction",),
+}
+# The IAM action of each kind of TransactWriteItem (the builder's method in the Rust SDK).
+TRANSACT_ITEM_ACTION = {
+    "put": "dynamodb:PutItem",
+    "update": "dynamodb:UpdateItem",
+    "delete": "dynamodb:DeleteItem",
+    "condition_check": "dynamodb:ConditionCheckItem",
 }
 # The S3 adapter turns a 404 into "no such key" (HeadObject -> None, GetObject -> NotFound)
 # and the protocol branches on it; S3 answers 404 rather than 403 for a missing key only to a
 # caller with s3:ListBucket on the bucket. So a HEAD / GET on a bucket implies ListBucket on it.
 ANSWERS_404 = {"HeadObject", "GetObject"}
 
+# Resource kinds granted only under a template condition: kind -> the condition's name. A
+# grant made inside `!If [Cond, statement, !Ref AWS::NoValue]` renders as "<arn> (if Cond)".
+CONDITIONAL_KINDS = {"inventory": "ReadInventory"}
+# The environment variable naming the work queue (shared/src/aws/mod.rs ENV_BACKFILL_QUEUE).
+WORK_QUEUE_ENV = "TIDEMARK_BACKFILL_QUEUE_URL"
+
 KMS_ACTIONS = {
     # the encrypted environment (KmsKeyArn), SQS receive, ledger reads
     "kms:Decrypt",
-    # SQS send to the encrypted DLQs; ledger writes
+    # SQS send to the encrypted queues (work items, DLQs); ledger writes
     "kms:GenerateDataKey",
     # DynamoDB's use of a customer managed key on the caller's behalf (kms:ViaService)
     "kms:Encrypt",
@@ -192,7 +267,8 @@ WILDCARD_EXCEPTIONS = {
 ENV = {
     "IngestFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_CONCURRENCY", "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT"},
     "ReconcileFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT"},
-    "BackfillFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT"},
+    "BackfillFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_BACKFILL_QUEUE_URL", "RUST_LOG",
+                         "AWS_LAMBDA_LOG_FORMAT"},
 }
 # Read by libraries rather than by `env::var` in our code.
 LIBRARY_ENV = {
@@ -202,8 +278,8 @@ LIBRARY_ENV = {
 # Read by the code and deliberately not set by the template.
 UNSET_ENV = {
     "TIDEMARK_CONFIG_FILE": "the document is passed inline (TIDEMARK_CONFIG); no file ships in the zip",
-    "TIDEMARK_BACKFILL_CHAIN": "unset = each backfill slice invokes the next (the wanted default); 'off' is for tests",
-    "AWS_LAMBDA_FUNCTION_NAME": "set by Lambda itself (backfill's own name, for the next slice)",
+    "TIDEMARK_BACKFILL_CHAIN": "unset = each planner call invokes the next (the wanted default); 'off' is for tests",
+    "AWS_LAMBDA_FUNCTION_NAME": "set by Lambda itself (backfill's own name, for the next planner call)",
     "AWS_ENDPOINT_URL": "S3 emulators only (path-style addressing)",
     "AWS_ENDPOINT_URL_S3": "S3 emulators only (path-style addressing)",
 }
@@ -294,8 +370,25 @@ def as_list(x) -> list:
     return list(x) if isinstance(x, list) else [x]
 
 
+# Set on a statement that applies only under a template condition (`!If [Cond, st, ...]`).
+CONDITION = "__condition__"
+
+
 def statements(doc) -> list[dict]:
-    return as_list(doc.get("Statement"))
+    """The policy's statements; one written `!If [Cond, A, B]` stands for both branches, each
+    tagged with its condition (CONDITION: "Cond" / "!Cond"), `!Ref AWS::NoValue` for none."""
+    out = []
+    for st in as_list(doc.get("Statement")):
+        if isinstance(st, dict) and list(st) == ["Fn::If"]:
+            cond, a, b = st["Fn::If"]
+            for branch, tag in ((a, cond), (b, f"!{cond}")):
+                if branch == {"Ref": "AWS::NoValue"}:
+                    continue
+                assert isinstance(branch, dict) and "Effect" in branch, f"cannot read statement {branch!r}"
+                out.append({**branch, CONDITION: tag})
+        else:
+            out.append(st)
+    return out
 
 
 def globals_env() -> dict:
@@ -348,20 +441,67 @@ def pascal(snake: str) -> str:
 
 def code_calls(fn: str) -> set[tuple[str, str]]:
     """(service, operation) the function's code path makes, read from the source."""
-    text = rust_text(*COMMON_CODE, *FUNCTION_CODE[fn])
+    text = rust_text(*FUNCTION_CODE[fn])
     calls = set()
     unknown = []
-    for port, method in re.findall(r"\b(store|ledger)\.(\w+)\(", text):
-        table = STORE_METHODS if port == "store" else LEDGER_METHODS
+    for port, method in re.findall(r"\b(store|ledger|queue)\.(\w+)\(", text):
+        service, table, _ = PORTS[port]
         if method not in table:
             unknown.append(f"{port}.{method}(")
             continue
-        calls.add(("s3" if port == "store" else "dynamodb", table[method]))
+        calls |= {(service, op) for op in table[method]}
     own = rust_text(FUNCTION_CODE[fn][0])
     for op in re.findall(r"\bclient\.(\w+)\(\)", own):
         calls.add(("lambda", pascal(op)))
-    assert not unknown, f"{fn}: calls the test does not know: {unknown} (add them to STORE_METHODS / LEDGER_METHODS)"
+    assert not unknown, f"{fn}: calls the test does not know: {unknown} (add them to STORE_METHODS / LEDGER_METHODS / QUEUE_METHODS)"
     return calls
+
+
+def fn_bodies(text: str) -> dict[str, list[str]]:
+    """name -> the bodies of the `fn name` items of a Rust file (each from its signature to
+    the next `fn`)."""
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"\bfn (\w+)\s*[<(]", text)]
+    bodies: dict[str, list[str]] = {}
+    for i, (pos, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(text)
+        bodies.setdefault(name, []).append(text[pos:end].split("{", 1)[-1])
+    return bodies
+
+
+def after_call(body: str, open_paren: int) -> str:
+    """The text after the call whose argument list opens at `open_paren`."""
+    depth = 0
+    for i in range(open_paren, len(body)):
+        depth += {"(": 1, ")": -1}.get(body[i], 0)
+        if depth == 0:
+            return body[i + 1:]
+    return ""
+
+
+def adapter_operations(path: str) -> dict[str, set[str]]:
+    """fn name -> the SDK operations it sends, directly (`.client.x()`) or through the file's
+    other fns (`self.f(`, `Self::f(`, `f(`). A helper whose request is only built, its input
+    taken with `.as_input()` (finish_message takes its counter update into a transaction
+    that way), sends nothing for the caller."""
+    bodies = fn_bodies(rust_text(path))
+    direct: dict[str, set[str]] = {}
+    helpers: dict[str, set[str]] = {}
+    for name, texts in bodies.items():
+        direct[name], helpers[name] = set(), set()
+        for body in texts:
+            direct[name] |= {pascal(op) for op in re.findall(r"\.client\.(\w+)\(\)", body)}
+            for m in re.finditer(r"(?:\bself\.|\bSelf::|(?<![.\w:]))(\w+)\(", body):
+                callee = m.group(1)
+                if callee in bodies and callee != name and not after_call(body, m.end() - 1).startswith(".as_input()"):
+                    helpers[name].add(callee)
+
+    def sent(name: str, seen: frozenset = frozenset()) -> set[str]:
+        ops = set(direct[name])
+        for h in helpers[name] - seen:
+            ops |= sent(h, seen | {name})
+        return ops
+
+    return {name: sent(name) for name in bodies}
 
 
 # =============================================================================================
@@ -374,6 +514,12 @@ def resource_arn(kind: str, fn: str) -> str:
         return "<LedgerTable>"
     if kind == "index":
         return "<LedgerTable>/index/by_source"
+    if kind == "inventory":
+        return "arn:aws:s3:::<InventoryBucketName>/*"
+    if kind == "work_queue":
+        url = function_env(fn).get(WORK_QUEUE_ENV)
+        assert url is not None, f"{fn} sends work items but its environment has no {WORK_QUEUE_ENV}"
+        return render(url)
     if kind == "self":
         name = render(resources()[fn]["Properties"].get("FunctionName", "<no FunctionName>"))
         return f"arn:aws:lambda:REGION:ACCOUNT:function:{name}"
@@ -383,13 +529,12 @@ def resource_arn(kind: str, fn: str) -> str:
 def expected_grants(fn: str) -> set[tuple[str, str]]:
     grants = set()
     for svc, op, kind in SDK_CALLS[fn]:
-        action = IAM_ACTION[(svc, op)]
         arn = resource_arn(kind, fn)
-        if action == "s3:ListBucket":
-            arn = arn.removesuffix("/*")
-        grants.add((action, arn))
+        needs = {(a, arn.removesuffix("/*") if a == "s3:ListBucket" else arn) for a in IAM_ACTION[(svc, op)]}
         if svc == "s3" and op in ANSWERS_404:
-            grants.add(("s3:ListBucket", arn.removesuffix("/*")))
+            needs.add(("s3:ListBucket", arn.removesuffix("/*")))
+        cond = CONDITIONAL_KINDS.get(kind)
+        grants |= {(a, f"{r} (if {cond})" if cond else r) for a, r in needs}
     return grants | platform_grants(fn, resources()[fn])
 
 
@@ -405,9 +550,10 @@ def role_grants(role: dict) -> tuple[set[tuple[str, str]], list[str]]:
                 continue
             if "NotAction" in st or "NotResource" in st:
                 problems.append(f"statement {st.get('Sid')}: NotAction / NotResource")
+            cond = st.get(CONDITION)
             for action in as_list(st.get("Action")):
                 for r in as_list(st.get("Resource")):
-                    grants.add((action, render(r)))
+                    grants.add((action, render(r) + (f" (if {cond})" if cond else "")))
     return grants, problems
 
 
@@ -460,22 +606,67 @@ def test_the_call_table_matches_the_code(fn):
 
 def test_the_adapters_make_only_known_sdk_calls():
     failures = []
-    s3 = {pascal(op) for op in re.findall(r"\.client\.(\w+)\(\)", rust_text("shared/src/aws/s3.rs"))}
-    known = set(STORE_METHODS.values())
-    failures += [f"shared/src/aws/s3.rs calls {op}: add it to STORE_METHODS and to the roles that reach it"
-                 for op in sorted(s3 - known)]
-    failures += [f"STORE_METHODS maps to {op}, which shared/src/aws/s3.rs never sends" for op in sorted(known - s3)]
-    ddb = {pascal(op) for op in re.findall(r"\.client\.(\w+)\(\)", rust_text("shared/src/aws/dynamodb.rs"))}
-    known = set(LEDGER_METHODS.values()) | DYNAMODB_CLI_ONLY
-    failures += [f"shared/src/aws/dynamodb.rs calls {op}: add it to LEDGER_METHODS and to the roles"
-                 for op in sorted(ddb - known)]
-    failures += [f"LEDGER_METHODS maps to {op}, which shared/src/aws/dynamodb.rs never sends"
-                 for op in sorted(known - ddb)]
+    for port, (service, table, path) in PORTS.items():
+        name = {"store": "STORE_METHODS", "ledger": "LEDGER_METHODS", "queue": "QUEUE_METHODS"}[port]
+        sent = {pascal(op) for op in re.findall(r"\.client\.(\w+)\(\)", rust_text(path))}
+        known = {op for ops in table.values() for op in ops} | (DYNAMODB_CLI_ONLY if port == "ledger" else set())
+        failures += [f"{path} calls {op}: add it to {name} and to the roles that reach it"
+                     for op in sorted(sent - known)]
+        failures += [f"{name} maps to {op}, which {path} never sends" for op in sorted(known - sent)]
+        failures += [f"IAM_ACTION has no entry for {service}:{op}" for op in sorted(known - DYNAMODB_CLI_ONLY)
+                     if (service, op) not in IAM_ACTION]
+        # Method by method: what each port method of the adapter sends.
+        per_method = adapter_operations(path)
+        for method, ops in table.items():
+            if method not in per_method:
+                failures.append(f"{name}[{method!r}]: {path} has no fn {method}")
+            elif per_method[method] != set(ops):
+                failures.append(f"{name}[{method!r}] = {sorted(ops)}, but {path} fn {method} sends "
+                                f"{sorted(per_method[method])}")
+    # The actions of the transactions the DynamoDB adapter builds are what IAM checks.
+    kinds = set(re.findall(r"TransactWriteItem::builder\(\)\.(\w+)\(", rust_text("shared/src/aws/dynamodb.rs")))
+    unknown = kinds - set(TRANSACT_ITEM_ACTION)
+    if unknown:
+        failures.append(f"dynamodb.rs builds transaction items {sorted(unknown)}: add them to TRANSACT_ITEM_ACTION")
+    actions = {TRANSACT_ITEM_ACTION[k] for k in kinds - unknown}
+    if actions != set(IAM_ACTION[("dynamodb", "TransactWriteItems")]):
+        failures.append(f"dynamodb.rs's transactions hold {sorted(kinds)} (IAM {sorted(actions)}), but IAM_ACTION "
+                        f"grants {sorted(IAM_ACTION[('dynamodb', 'TransactWriteItems')])} for TransactWriteItems")
     # A version-pinned request needs s3:GetObjectVersion / s3:DeleteObjectVersion, which no
     # role grants: the adapter pins with If-Match, never with versionId.
     if re.search(r"\.(set_)?version_id\(\s*[^)\s]", rust_text("shared/src/aws/s3.rs")):
         failures.append("shared/src/aws/s3.rs sends a versionId: the roles need s3:*ObjectVersion")
     check("the AWS adapters send only the operations the test's tables know", failures)
+
+
+def test_every_file_that_calls_the_ports_is_on_a_function_path():
+    """A module of shared/src that calls the ports is on some function's code path (and so in
+    its derived calls), or is listed in NOT_ON_A_FUNCTION_PATH with the reason."""
+    on_path = {p for paths in FUNCTION_CODE.values() for p in paths} | set(NOT_ON_A_FUNCTION_PATH)
+    failures = []
+    for f in sorted((ROOT / "shared/src").rglob("*.rs")):
+        rel = f.relative_to(ROOT).as_posix()
+        if rel.startswith("shared/src/aws/"):
+            continue  # the adapters themselves
+        if not re.search(r"\b(store|ledger|queue)\.\w+\(", rust_text(rel)):
+            continue
+        if not any(rel == p or rel.startswith(p + "/") for p in on_path):
+            failures.append(f"{rel} calls the ports: add it to a function's FUNCTION_CODE or to NOT_ON_A_FUNCTION_PATH")
+    for p in NOT_ON_A_FUNCTION_PATH:
+        if not (ROOT / p).exists():
+            failures.append(f"NOT_ON_A_FUNCTION_PATH lists {p}, which does not exist")
+    # The planner must not reach the per-object path through a Pipeline method either.
+    pipeline_methods = set(re.findall(r"pub async fn (\w+)", rust_text("shared/src/process.rs")))
+    if not pipeline_methods:
+        failures.append("no `pub async fn` found in process.rs: update the test")
+    for fn, paths in FUNCTION_CODE.items():
+        if "shared/src/process.rs" in paths:
+            continue
+        text = rust_text(*paths)
+        for m in sorted(pipeline_methods):
+            if re.search(rf"\b(p|pipeline)\.{m}\(", text):
+                failures.append(f"{fn} calls Pipeline::{m}: put COMMON_CODE on its path (and its calls in SDK_CALLS)")
+    check("every module that calls the ports is on a function's code path, or says why not", failures)
 
 
 @pytest.mark.parametrize("fn", FUNCTIONS)
@@ -672,9 +863,17 @@ def test_dead_letters_everywhere_and_every_queue_redriven():
     check("DLQs for every function, rule and schedule; every work queue has a redrive policy", failures)
 
 
+def lease_margin_s() -> float:
+    """The ledger's lease beyond the invocation deadline (process.rs Settings::default)."""
+    m = re.search(r"lease_margin_ms:\s*([\d_]+)", rust_text("shared/src/process.rs").split("impl Default for Settings", 1)[-1])
+    assert m, "process.rs: no lease_margin_ms in Settings::default; update the test"
+    return int(m.group(1).replace("_", "")) / 1000
+
+
 def test_visibility_timeout_is_six_times_the_consumer_timeout():
     failures = []
     queues = resources("AWS::SQS::Queue")
+    margin = lease_margin_s()
     for fn, f in resources("AWS::Serverless::Function").items():
         timeout = f["Properties"].get("Timeout", 3)
         for event in (f["Properties"].get("Events") or {}).values():
@@ -685,7 +884,97 @@ def test_visibility_timeout_is_six_times_the_consumer_timeout():
             window = event["Properties"].get("MaximumBatchingWindowInSeconds", 0)
             if vt < 6 * timeout + window:
                 failures.append(f"{q}: VisibilityTimeout {vt} < 6 x {fn} Timeout {timeout} + batching window {window}")
-    check("every queue's visibility timeout is >= 6 x its consumer's timeout (+ batching window)", failures)
+            # A message sent back because another worker holds a claim must not return before
+            # that claim's lease (deadline + margin) can have run out.
+            if vt <= timeout + margin:
+                failures.append(f"{q}: VisibilityTimeout {vt} <= {fn} Timeout {timeout} + lease margin {margin:g}")
+    check("every queue's visibility timeout is >= 6 x its consumer's timeout (+ batching window) "
+          "and above the timeout plus the ledger's lease margin", failures)
+
+
+def test_work_queue_is_the_one_the_ingest_function_consumes():
+    """The planner sends to the queue of its TIDEMARK_BACKFILL_QUEUE_URL; the ingest function
+    consumes exactly that queue, with partial batch responses and a concurrency cap of its own;
+    no other function consumes it."""
+    failures = []
+    url = function_env("BackfillFunction").get(WORK_QUEUE_ENV)
+    queue = render(url) if url is not None else None
+    if queue is None or queue.strip("<>") not in resources("AWS::SQS::Queue"):
+        failures.append(f"BackfillFunction's {WORK_QUEUE_ENV} is {queue}, not a queue of the template")
+    params = template()["Parameters"]
+    consumers = {}
+    for fn, f in resources("AWS::Serverless::Function").items():
+        for name, ev in (f["Properties"].get("Events") or {}).items():
+            if ev["Type"] != "SQS":
+                continue
+            p = ev["Properties"]
+            consumers.setdefault(render(p["Queue"]), []).append(fn)
+            # ingest::handle answers with batchItemFailures; without this Lambda ignores them
+            # and deletes the failed messages with the rest of the batch.
+            if p.get("FunctionResponseTypes") != ["ReportBatchItemFailures"]:
+                failures.append(f"{fn}.{name}: FunctionResponseTypes is not [ReportBatchItemFailures]")
+            cap = (p.get("ScalingConfig") or {}).get("MaximumConcurrency")
+            if not (isinstance(cap, dict) and cap.get("Ref") in params):
+                failures.append(f"{fn}.{name}: ScalingConfig.MaximumConcurrency is not a parameter")
+            elif (params[cap["Ref"]].get("MinValue", 0) < 2 or params[cap["Ref"]].get("MaxValue", 10**9) > 1000):
+                failures.append(f"{fn}.{name}: {cap['Ref']} allows values outside 2-1000 (the event source's limits)")
+    if queue is not None and consumers.get(queue) != ["IngestFunction"]:
+        failures.append(f"{queue} is consumed by {consumers.get(queue)}, not by the ingest function alone")
+    caps = [ev["Properties"].get("ScalingConfig", {}).get("MaximumConcurrency", {}).get("Ref")
+            for ev in (resources()["IngestFunction"]["Properties"].get("Events") or {}).values() if ev["Type"] == "SQS"]
+    if len(set(caps)) != len(caps):
+        failures.append(f"the ingest function's event sources share a concurrency cap: {caps}")
+    check("backfill work items go to a queue the ingest function alone consumes, with partial batch "
+          "responses and its own concurrency cap", failures)
+
+
+def rust_int(expr: str) -> int:
+    """A Rust integer constant expression of literals, `*` and `+` (e.g. `30 * 24 * 3600`)."""
+    assert re.fullmatch(r"[\d_\s*+()]+", expr), f"cannot evaluate {expr!r}"
+    return int(eval(expr.replace("_", "")))  # noqa: S307 - digits and operators only, checked above
+
+
+def test_ledger_ttl_is_the_attribute_the_marks_carry():
+    failures = []
+    table = resources()["LedgerTable"]["Properties"]
+    ttl = table.get("TimeToLiveSpecification") or {}
+    text = rust_text("shared/src/aws/dynamodb.rs")
+    # finish_message: .item("expires_at", AttributeValue::N((now / 1000 + MARK_TTL_S)...
+    attrs = set(re.findall(r'"(\w+)",\s*AttributeValue::N\(\s*\(\s*now\s*/\s*1000\s*\+\s*MARK_TTL_S', text))
+    if len(attrs) != 1:
+        failures.append(f"dynamodb.rs: expected one attribute set to now + MARK_TTL_S, found {sorted(attrs)}")
+    elif ttl.get("AttributeName") not in attrs or render(ttl.get("Enabled")).lower() != "true":
+        failures.append(f"LedgerTable TimeToLiveSpecification {ttl}: expected {sorted(attrs)[0]!r}, enabled")
+    m = re.search(r"const MARK_TTL_S: i64 = ([^;]+);", text)
+    if not m:
+        failures.append("dynamodb.rs no longer declares MARK_TTL_S")
+    else:
+        mark_ttl = rust_int(m.group(1))
+        # A mark that expired before its message could be redelivered would let the message
+        # count twice.
+        for name, q in resources("AWS::SQS::Queue").items():
+            retention = q["Properties"].get("MessageRetentionPeriod", 345600)
+            if retention >= mark_ttl:
+                failures.append(f"{name} keeps messages {retention} s, not less than the mark TTL {mark_ttl} s")
+    check("the ledger table's TTL is the attribute the message marks carry, and outlives any redelivery", failures)
+
+
+def test_inventory_access_only_when_a_bucket_is_named():
+    failures = []
+    param = template()["Parameters"].get("InventoryBucketName")
+    if param is None or param.get("Default") != "":
+        failures.append("InventoryBucketName must exist with default \"\" (no inventory access)")
+    cond = template()["Conditions"].get(CONDITIONAL_KINDS["inventory"])
+    if cond != {"Fn::Not": [{"Fn::Equals": [{"Ref": "InventoryBucketName"}, ""]}]}:
+        failures.append(f"Condition {CONDITIONAL_KINDS['inventory']} is {cond}, not InventoryBucketName != ''")
+    # Nothing but the planner's conditional statements names the inventory bucket.
+    for name, doc in all_policy_documents():
+        for st in statements(doc):
+            names_it = "<InventoryBucketName>" in render_tree(st.get("Resource"))
+            if names_it and (name != role_of("BackfillFunction") or st.get(CONDITION) != CONDITIONAL_KINDS["inventory"]):
+                failures.append(f"{name} statement {st.get('Sid')!r} grants on the inventory bucket "
+                                f"outside `!If [{CONDITIONAL_KINDS['inventory']}, ...]` of the backfill role")
+    check("the inventory bucket is granted only when InventoryBucketName is set, to the planner only", failures)
 
 
 def alarms() -> dict:
@@ -725,12 +1014,16 @@ def test_alarms_present():
             failures.append(f"no Errors alarm on {fn}")
     if not alarm_on(stack_ns, "QuarantinedObjects"):
         failures.append("no alarm on quarantined objects")
-    # Every function quarantines through the same pipeline: each log group feeds the metric.
+    # Every function that runs the per-object pipeline quarantines through it: each of their
+    # log groups feeds the metric; a function that does not run it has no such filter.
     fed = {render(f["Properties"]["LogGroupName"]) for f in filters_into("QuarantinedObjects").values()}
     for fn in FUNCTIONS:
         lg = render(resources()[fn]["Properties"]["LoggingConfig"]["LogGroup"])
-        if lg not in fed:
+        runs_pipeline = "shared/src/process.rs" in FUNCTION_CODE[fn]
+        if runs_pipeline and lg not in fed:
             failures.append(f"{fn}'s log group {lg} does not feed QuarantinedObjects")
+        if not runs_pipeline and lg in fed:
+            failures.append(f"{fn} runs no pipeline, yet its log group {lg} feeds QuarantinedObjects")
     # Reconcile's findings: alarms on metrics counted from the reconcile log group.
     reconcile_lg = render(resources()["ReconcileFunction"]["Properties"]["LoggingConfig"]["LogGroup"])
     for field in ("Mismatches", "Missing"):
@@ -800,11 +1093,13 @@ def render_tree(x) -> str:
 
 
 def env_reads(fn: str) -> set[str]:
-    """Variables the function's code reads with std::env (directly or through a constant)."""
+    """Variables the function's code reads with std::env (directly or through a constant), or
+    through a helper that takes the variable's name (aws::queue_from_env)."""
     text = rust_text("shared/src", FUNCTION_CODE[fn][0])
     consts = dict(re.findall(r'const (\w+): &str = "([A-Z][A-Z0-9_]*)";', text))
-    names = set(re.findall(r'env::var(?:_os)?\(\s*"([A-Z][A-Z0-9_]*)"', text))
-    names |= {consts[c] for c in re.findall(r"env::var(?:_os)?\(\s*(?:\w+::)*([A-Z][A-Z0-9_]*)\s*\)", text) if c in consts}
+    readers = r"(?:env::var(?:_os)?|queue_from_env)"
+    names = set(re.findall(readers + r'\(\s*"([A-Z][A-Z0-9_]*)"', text))
+    names |= {consts[c] for c in re.findall(readers + r"\(\s*(?:\w+::)*([A-Z][A-Z0-9_]*)\s*\)", text) if c in consts}
     return names
 
 
@@ -1048,7 +1343,10 @@ def test_dashboard_body_is_json_and_shows_every_function():
         for fn in FUNCTIONS:
             if f"<{fn}>" not in text:
                 failures.append(f"{name}: no widget shows {fn}")
+        for q in resources("AWS::SQS::Queue"):
+            if f"<{q}.QueueName>" not in text:
+                failures.append(f"{name}: no widget shows the queue {q}")
         for metric in ("ReconcileMismatches", "ReconcileMissing", "Mismatches", "QuarantinedObjects"):
             if metric not in text:
                 failures.append(f"{name}: no widget shows {metric}")
-    check("the dashboard parses and shows every function and the reconcile findings", failures)
+    check("the dashboard parses and shows every function, every queue and the reconcile findings", failures)

@@ -12,6 +12,8 @@
 //! that a scheduled run closed are remembered in a small state object beside the reports, so
 //! each is closed once; any window can be re-checked on demand.
 
+pub mod outputs;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;

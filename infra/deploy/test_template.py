@@ -59,11 +59,11 @@ SDK_CALLS = {
     "IngestFunction": PIPELINE_CALLS,
     "ReconcileFunction": PIPELINE_CALLS
     | {
-        # shared/src/reconcile.rs
+        # shared/src/reconcile.rs, shared/src/reconcile/
         ("s3", "ListObjectsV2", "landing"),  # the window's prefixes
-        ("s3", "GetObject", "lake"),  # outputs read back; the window state
+        ("s3", "GetObject", "lake"),  # outputs' footers and sum columns (ranged); the window state
         ("s3", "PutObject", "lake"),  # reports (JSON, HTML); the window state (If-Match)
-        ("dynamodb", "Query", "index"),  # Ledger::list, 16 shards of by_source
+        ("dynamodb", "Query", "index"),  # Ledger::list_range: by_source, bounded on the key
     },
     "BackfillFunction": PIPELINE_CALLS
     | {
@@ -78,7 +78,7 @@ SDK_CALLS = {
 COMMON_CODE = ["shared/src/process.rs", "shared/src/protocol.rs"]
 FUNCTION_CODE = {
     "IngestFunction": ["functions/ingest/src", "shared/src/ingest.rs"],
-    "ReconcileFunction": ["functions/reconcile/src", "shared/src/reconcile.rs"],
+    "ReconcileFunction": ["functions/reconcile/src", "shared/src/reconcile.rs", "shared/src/reconcile"],
     "BackfillFunction": ["functions/backfill/src", "shared/src/backfill.rs"],
 }
 
@@ -87,6 +87,7 @@ FUNCTION_CODE = {
 STORE_METHODS = {
     "head": "HeadObject",
     "get": "GetObject",
+    "get_range": "GetObject",  # Range + If-Match
     "put": "PutObject",
     "create_multipart": "CreateMultipartUpload",
     "upload_part": "UploadPart",
@@ -102,6 +103,8 @@ LEDGER_METHODS = {
     "replace": "PutItem",
     "delete": "DeleteItem",  # operator: rewind / reset / forget (CLI)
     "list": "Query",
+    "list_range": "Query",
+    "get_many": "BatchGetItem",
     "audit": "PutItem",  # operator (CLI)
     "audit_log": "Scan",  # operator (CLI)
     "source_mode": "GetItem",  # operator (CLI)
@@ -126,6 +129,7 @@ IAM_ACTION = {
     ("dynamodb", "PutItem"): "dynamodb:PutItem",
     ("dynamodb", "DeleteItem"): "dynamodb:DeleteItem",
     ("dynamodb", "Query"): "dynamodb:Query",
+    ("dynamodb", "BatchGetItem"): "dynamodb:BatchGetItem",
     ("dynamodb", "Scan"): "dynamodb:Scan",
     ("lambda", "Invoke"): "lambda:InvokeFunction",
 }

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use tidemark::backfill::{self, Request};
 use tidemark::model::Status;
 use tidemark::ports::{Clock, LedgerWrite};
-use tidemark::reconcile::{self, FindingKind, MismatchKind, Options, Window};
+use tidemark::reconcile::{self, FindingKind, MismatchKind, Options, Tier, Window};
 use tidemark_tests::{Backends, FlakyStore, Totals, orders_csv};
 
 fn window(b: &Backends) -> Window {
@@ -16,13 +16,12 @@ fn window(b: &Backends) -> Window {
     }
 }
 
+/// Both tiers on every object (the source recounted, the outputs' sums read back).
 fn opts(repair: bool) -> Options {
     Options {
         repair,
-        recount: true,
-        stop_at_ms: i64::MAX,
-        max_objects: None,
-        start_after: None,
+        deep_sample: Some(1.0),
+        ..Options::default()
     }
 }
 
@@ -61,29 +60,35 @@ async fn objects_without_events_are_found_missing_repaired_and_the_window_is_cle
     assert_eq!(r.objects, 5);
     assert_eq!(r.findings.len(), 5, "{:#?}", r.findings);
     for (f, t) in r.findings.iter().zip(&each) {
-        assert_eq!(f.kind, FindingKind::Missing);
+        assert_eq!((f.kind, f.tier), (FindingKind::Missing, Tier::Cheap));
         assert_eq!(f.rows, Some(t.rows), "the finding says what the lake lacks");
         assert_eq!(f.sums["amount"], amount(t));
         assert_eq!(f.repair.as_deref(), Some("processed"), "{f:?}");
     }
-    assert_eq!(r.totals.source.rows, expected.rows);
+    assert_eq!(r.totals.deep.source.rows, expected.rows);
     assert_eq!(
-        r.totals.ledger.rows, 0,
+        (r.totals.ledger.rows, r.totals.deep.ledger.rows),
+        (0, 0),
         "nothing was in the ledger at check time"
     );
+    assert_eq!(r.deep_checked.len(), 5, "every finding is checked deeply");
     assert_eq!(b.lake_totals().await, expected);
 
     let again = reconcile_orders(&b, true).await;
     assert!(again.clean(), "{again:#?}");
     for t in [
-        &again.totals.source,
         &again.totals.ledger,
-        &again.totals.lake,
+        &again.totals.deep.source,
+        &again.totals.deep.ledger,
+        &again.totals.deep.lake,
     ] {
         assert_eq!((t.objects, t.rows), (5, expected.rows));
         assert_eq!(t.sums["amount"], amount(&expected));
         assert_eq!(t.sums["quantity"], expected.quantity.to_string());
     }
+    let footers = &again.totals.lake;
+    assert_eq!((footers.objects, footers.rows), (5, expected.rows));
+    assert!(footers.sums.is_empty(), "a footer holds no sums");
 }
 
 async fn a_run_that_stops_early_resumes_from_its_cursor(b: Backends) {
@@ -132,6 +137,27 @@ async fn a_run_that_stops_early_resumes_from_its_cursor(b: Backends) {
         b.lake_totals().await,
         expected,
         "every object repaired exactly once"
+    );
+
+    // One key range of the window: (00, 02].
+    let part = reconcile::reconcile_source(
+        &p,
+        source,
+        window(&b),
+        Options {
+            start_after: Some("in/2026/11/00.csv".into()),
+            through: Some("in/2026/11/02.csv".into()),
+            ..opts(true)
+        },
+        &b.ctx("part"),
+    )
+    .await
+    .unwrap();
+    assert!(part.clean(), "{part:#?}");
+    assert_eq!((part.objects, part.checked.cheap), (2, 2));
+    assert_eq!(
+        part.deep_checked,
+        ["in/2026/11/01.csv", "in/2026/11/02.csv"]
     );
 }
 
@@ -184,6 +210,7 @@ async fn hand_edits_are_each_reported_as_their_own_kind_with_exact_numbers(b: Ba
     let gone: Vec<_> = of(MismatchKind::OutputMissing).collect();
     assert_eq!(gone.len(), 1, "{:#?}", r.mismatches);
     assert_eq!(gone[0].key, "in/2026/11/01.csv");
+    assert_eq!(gone[0].tier, Tier::Cheap, "the footer's GET found nothing");
     assert_eq!(
         gone[0].expected,
         format!(
@@ -195,6 +222,13 @@ async fn hand_edits_are_each_reported_as_their_own_kind_with_exact_numbers(b: Ba
     );
     assert_eq!(gone[0].found, "no such object");
 
+    let replaced: Vec<_> = of(MismatchKind::OutputChanged).collect();
+    assert_eq!(replaced.len(), 1, "{:#?}", r.mismatches);
+    assert_eq!(
+        (replaced[0].key.as_str(), replaced[0].tier),
+        ("in/2026/11/02.csv", Tier::Cheap)
+    );
+
     let lake: Vec<_> = of(MismatchKind::LakeVsLedger).collect();
     let measure = |m: &str| {
         lake.iter()
@@ -202,6 +236,9 @@ async fn hand_edits_are_each_reported_as_their_own_kind_with_exact_numbers(b: Ba
             .unwrap_or_else(|| panic!("{m}: {lake:#?}"))
     };
     assert_eq!(lake.len(), 3, "rows and both sums differ: {lake:#?}");
+    // The rows from the footer, the sums from the columns read back.
+    assert_eq!(measure("rows").tier, Tier::Cheap);
+    assert_eq!(measure("sum(amount)").tier, Tier::Deep);
     assert_eq!(
         (
             measure("rows").expected.as_str(),
@@ -572,7 +609,16 @@ async fn store_failures_are_reported_per_object_and_keep_the_window_open(b: Back
     assert!(r.mismatches.is_empty(), "{:#?}", r.mismatches);
     assert!(!r.clean() && !r.checked());
     let others = each[0].rows + each[2].rows;
-    assert_eq!((r.totals.source.rows, r.totals.lake.rows), (others, others));
+    assert_eq!(
+        (r.totals.deep.source.rows, r.totals.deep.lake.rows),
+        (others, others)
+    );
+    assert_eq!(
+        f.tier,
+        Tier::Deep,
+        "the recount failed, not the cheap check"
+    );
+    assert_eq!(r.totals.lake.rows, expected.rows, "every footer was read");
 
     flaky.fail_gets_of(Some("orders/2026/11/02.csv.parquet"));
     let r = check(&p).await;
@@ -592,10 +638,10 @@ async fn store_failures_are_reported_per_object_and_keep_the_window_open(b: Back
             .contains("orders/2026/11/02.csv.parquet"),
         "{r:#?}"
     );
-    assert_eq!(
-        r.totals.source.rows, expected.rows,
-        "every source object recounted"
-    );
+    assert_eq!(r.findings[0].tier, Tier::Cheap);
+    // An object whose cheap check failed is left to the next run whole: no deep check.
+    assert_eq!(r.deep_checked, ["in/2026/11/00.csv", "in/2026/11/01.csv"]);
+    assert_eq!(r.totals.deep.source.rows, each[0].rows + each[1].rows);
 
     // A listing failure is the source's error in the report; the run itself succeeds.
     flaky.fail_gets_of(None);
@@ -628,7 +674,7 @@ async fn store_failures_are_reported_per_object_and_keep_the_window_open(b: Back
     // Scheduled: the window with an unchecked object is not closed, and the next run
     // (the fault gone) checks the same window again and closes it.
     flaky.fail_lists(false);
-    flaky.fail_gets_of(Some("in/2026/11/00.csv"));
+    flaky.fail_gets_of(Some("orders/2026/11/00.csv.parquet"));
     let scheduled =
         serde_json::json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}});
     b.clock.advance(60_000);

@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
 use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
@@ -39,6 +40,10 @@ use crate::ports::{GetOutcome, KeyRange, ObjectMeta, PutOutcome, WriteCondition}
 use crate::process::{Pipeline, RunContext};
 use crate::schema::ColumnType;
 use outputs::{Footer, Read, ReadError};
+
+/// Objects whose cheap-tier reads (ledger record aside: read with the listing) may be in
+/// flight at once, ahead of the object being checked.
+const READ_AHEAD: usize = 16;
 
 /// A window of last-modified times, `[from_ms, to_ms)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -548,6 +553,20 @@ fn ledgered<'r>(record: Option<&'r Record>, object: &ObjectMeta, now: i64) -> Le
     }
 }
 
+/// What the cheap tier read of one listed object.
+enum Cheap<'r> {
+    /// Done for the listed version: its outputs' footers (or the call that failed).
+    Done {
+        committed: &'r Committed,
+        classified: Option<BookmarkCounts>,
+        outputs: Result<OutputsRead<'r>>,
+    },
+    /// Claimed, its lease still running.
+    InFlight,
+    /// Wrong.
+    Finding(FindingKind, String),
+}
+
 /// Reconcile `source` over `window` (or the key range of it that `opts` names).
 pub async fn reconcile_source(
     p: &Pipeline,
@@ -620,15 +639,38 @@ pub async fn reconcile_source(
     let mut complete = true;
     let mut resume_after = None;
     let mut last_key: Option<String> = None;
-    for (n, (key, object)) in (0u64..).zip(&objects) {
+    // The cheap tier's reads run ahead of the checks, a few objects at a time, in key order.
+    let now = check.now;
+    let mut reads = futures::stream::iter(&objects)
+        .map(|(key, object)| {
+            let record = records.get(key);
+            async move {
+                let read = match ledgered(record, object, now) {
+                    Ledgered::Done(committed, classified) => Cheap::Done {
+                        committed,
+                        classified,
+                        outputs: read_outputs(p, source, key, committed).await,
+                    },
+                    Ledgered::InFlight => Cheap::InFlight,
+                    Ledgered::Finding(kind, detail) => Cheap::Finding(kind, detail),
+                };
+                (key, object, read)
+            }
+        })
+        .buffered(READ_AHEAD);
+    let mut n = 0u64;
+    while let Some((key, object, read)) = reads.next().await {
         if p.clock.now_ms() >= opts.stop_at_ms || opts.max_objects.is_some_and(|m| n >= m) {
             complete = false;
             resume_after = last_key.clone().or_else(|| opts.start_after.clone());
             break;
         }
+        n += 1;
         last_key = Some(key.clone());
-        check.object(key, object, records.get(key)).await;
+        check.object(key, object, read).await;
     }
+    // Reads that ran ahead of a stop are dropped unused.
+    drop(reads);
 
     // Orphans: committed in this window's time or later, among the keys this run covered
     // (all of its range, or up to the last key checked), source gone.
@@ -691,6 +733,105 @@ pub async fn reconcile_source(
     })
 }
 
+/// What the cheap tier read of a done object's outputs: each one's footer (when it could be
+/// read), and what was wrong with them.
+type OutputsRead<'c> = (Vec<Output<'c>>, Vec<Mismatch>);
+
+/// The ledger's sums of a commit, typed by the source's schema.
+fn ledger_sums(source: &Source, committed: &Committed) -> BTreeMap<String, SumValue> {
+    committed
+        .sums
+        .iter()
+        .filter_map(|(col, s)| {
+            let ty = sum_type(source, col)?;
+            Some((col.clone(), SumValue::parse_for(&ty, s).ok()?))
+        })
+        .collect()
+}
+
+/// The cheap tier's reads of a done object's outputs: each footer by one ranged GET pinned
+/// to the committed ETag (a replaced output's footer is read unpinned), and the rejects file
+/// by HEAD. Every problem is a mismatch; a failed call is the error.
+async fn read_outputs<'c>(
+    p: &Pipeline,
+    source: &Source,
+    key: &str,
+    committed: &'c Committed,
+) -> Result<OutputsRead<'c>> {
+    let store = &*p.store;
+    let mut mismatches = Vec::new();
+    let mut mismatch = |kind, measure: String, expected: String, found: String| {
+        mismatches.push(Mismatch {
+            kind,
+            key: key.to_string(),
+            tier: Tier::Cheap,
+            measure,
+            expected,
+            found,
+        });
+    };
+    let mut outputs = Vec::with_capacity(committed.outputs.len());
+    for out in &committed.outputs {
+        let mut read = outputs::read_footer(store, &out.bucket, &out.key, Some(&out.etag)).await;
+        if let Ok(Read::Changed) = read {
+            read = outputs::read_footer(store, &out.bucket, &out.key, None).await;
+            let found = match &read {
+                Ok(Read::Found(f)) => format!("ETag {}", f.etag),
+                Ok(Read::NotFound) => "deleted since".into(),
+                _ => "another object".into(),
+            };
+            let expected = format!("ETag {}", out.etag);
+            mismatch(MismatchKind::OutputChanged, location(out), expected, found);
+        }
+        let footer = match read {
+            Ok(Read::Found(footer)) => Some(footer),
+            Ok(Read::NotFound) => {
+                let expected = describe(committed.rows, &ledger_sums(source, committed));
+                let found = "no such object".into();
+                mismatch(MismatchKind::OutputMissing, location(out), expected, found);
+                None
+            }
+            // Replaced again between the two reads: the next run sees it settled.
+            Ok(Read::Changed) => None,
+            Err(ReadError::Store(e)) => return Err(e.into()),
+            Err(e @ ReadError::Invalid { .. }) => {
+                let expected = "a Parquet file".into();
+                mismatch(
+                    MismatchKind::OutputUnreadable,
+                    location(out),
+                    expected,
+                    e.to_string(),
+                );
+                None
+            }
+        };
+        outputs.push(Output {
+            output: out,
+            footer,
+        });
+    }
+    if let Some(rejects) = &committed.rejects {
+        let found = match p.store.head(&rejects.bucket, &rejects.key).await? {
+            Some(found) if found.etag == rejects.etag => None,
+            Some(found) => Some(format!("ETag {}", found.etag)),
+            None => Some("no such object".to_string()),
+        };
+        if let Some(found) = found {
+            let expected = format!(
+                "the rejects file of {} rows (ETag {})",
+                committed.rejected, rejects.etag
+            );
+            mismatch(
+                MismatchKind::OutputMissing,
+                location(rejects),
+                expected,
+                found,
+            );
+        }
+    }
+    Ok((outputs, mismatches))
+}
+
 /// One committed output as the cheap tier found it: its footer, when it could be read (of
 /// the object there now, if it was replaced).
 struct Output<'c> {
@@ -749,15 +890,17 @@ impl Check<'_> {
         });
     }
 
-    /// Both tiers on one listed object.
-    async fn object(&mut self, key: &str, object: &ObjectMeta, record: Option<&Record>) {
+    /// Both tiers on one listed object, given what the cheap tier read of it.
+    async fn object(&mut self, key: &str, object: &ObjectMeta, read: Cheap<'_>) {
         self.checked.cheap += 1;
-        match ledgered(record, object, self.now) {
-            Ledgered::InFlight => {}
-            Ledgered::Done(committed, classified) => {
-                self.done(key, object, committed, classified).await;
-            }
-            Ledgered::Finding(kind, detail) => {
+        match read {
+            Cheap::InFlight => {}
+            Cheap::Done {
+                committed,
+                classified,
+                outputs,
+            } => self.done(key, object, committed, classified, outputs).await,
+            Cheap::Finding(kind, detail) => {
                 // Every finding is checked deeply: the recount says what the lake lacks.
                 self.checked.deep += 1;
                 self.deep_checked.push(key.to_string());
@@ -814,22 +957,19 @@ impl Check<'_> {
         object: &ObjectMeta,
         committed: &Committed,
         classified: Option<BookmarkCounts>,
+        outputs: Result<OutputsRead<'_>>,
     ) {
         self.late_rows += classified.map_or(0, |c| c.late);
         self.rejected_rows += committed.rejected;
-        let ledger_sums: BTreeMap<String, SumValue> = committed
-            .sums
-            .iter()
-            .filter_map(|(col, s)| {
-                let ty = sum_type(self.source, col)?;
-                Some((col.clone(), SumValue::parse_for(&ty, s).ok()?))
-            })
-            .collect();
+        let ledger_sums = ledger_sums(self.source, committed);
         self.counts.recorded.add(committed.rows, &ledger_sums);
 
         let before = self.mismatches.len();
-        let outputs = match self.footers(key, committed, &ledger_sums).await {
-            Ok(outputs) => outputs,
+        let outputs = match outputs {
+            Ok((outputs, mismatches)) => {
+                self.mismatches.extend(mismatches);
+                outputs
+            }
             Err(e) => return self.unchecked(key, Tier::Cheap, &e),
         };
         if outputs.iter().all(|o| o.footer.is_some()) {
@@ -880,92 +1020,6 @@ impl Check<'_> {
         if let Err(e) = self.sums(key, &outputs, &ledger_sums).await {
             self.unchecked(key, Tier::Deep, &e);
         }
-    }
-
-    /// The cheap tier's reads of a done object's outputs: each footer by one ranged GET
-    /// pinned to the committed ETag (a replaced output's footer is read unpinned), and the
-    /// rejects file by HEAD. Every problem is a mismatch; a failed call is the error.
-    async fn footers<'c>(
-        &mut self,
-        key: &str,
-        committed: &'c Committed,
-        ledger_sums: &BTreeMap<String, SumValue>,
-    ) -> Result<Vec<Output<'c>>> {
-        let store = &*self.p.store;
-        let mut outputs = Vec::with_capacity(committed.outputs.len());
-        for out in &committed.outputs {
-            let mut read =
-                outputs::read_footer(store, &out.bucket, &out.key, Some(&out.etag)).await;
-            if let Ok(Read::Changed) = read {
-                read = outputs::read_footer(store, &out.bucket, &out.key, None).await;
-                let found = match &read {
-                    Ok(Read::Found(f)) => format!("ETag {}", f.etag),
-                    Ok(Read::NotFound) => "deleted since".into(),
-                    _ => "another object".into(),
-                };
-                self.mismatch(
-                    MismatchKind::OutputChanged,
-                    Tier::Cheap,
-                    key,
-                    location(out),
-                    format!("ETag {}", out.etag),
-                    found,
-                );
-            }
-            let footer = match read {
-                Ok(Read::Found(footer)) => Some(footer),
-                Ok(Read::NotFound) => {
-                    self.mismatch(
-                        MismatchKind::OutputMissing,
-                        Tier::Cheap,
-                        key,
-                        location(out),
-                        describe(committed.rows, ledger_sums),
-                        "no such object",
-                    );
-                    None
-                }
-                // Replaced again between the two reads: the next run sees it settled.
-                Ok(Read::Changed) => None,
-                Err(ReadError::Store(e)) => return Err(e.into()),
-                Err(e @ ReadError::Invalid { .. }) => {
-                    self.mismatch(
-                        MismatchKind::OutputUnreadable,
-                        Tier::Cheap,
-                        key,
-                        location(out),
-                        "a Parquet file",
-                        e.to_string(),
-                    );
-                    None
-                }
-            };
-            outputs.push(Output {
-                output: out,
-                footer,
-            });
-        }
-        if let Some(rejects) = &committed.rejects {
-            let found = match self.p.store.head(&rejects.bucket, &rejects.key).await? {
-                Some(found) if found.etag == rejects.etag => None,
-                Some(found) => Some(format!("ETag {}", found.etag)),
-                None => Some("no such object".to_string()),
-            };
-            if let Some(found) = found {
-                self.mismatch(
-                    MismatchKind::OutputMissing,
-                    Tier::Cheap,
-                    key,
-                    location(rejects),
-                    format!(
-                        "the rejects file of {} rows (ETag {})",
-                        committed.rejected, rejects.etag
-                    ),
-                    found,
-                );
-            }
-        }
-        Ok(outputs)
     }
 
     /// The deep tier's read of the outputs: their sum columns, added up and compared with

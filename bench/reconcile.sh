@@ -223,7 +223,24 @@ if "aws" in parts:
         s3.create_bucket(Bucket=lake)
         env["TIDEMARK_TABLE"] = table
         return config(f"{fresh(f'{work}/aws-{i}')}/sources.json", landing, lake)
-    small_part("S3 + DynamoDB", lambda conf: [tm, "--backend", "aws", "--config", conf], aws, env)
+    try:
+        small_part("S3 + DynamoDB", lambda conf: [tm, "--backend", "aws", "--config", conf], aws, env)
+    finally:
+        # The stack is shared: leave nothing behind.
+        for bucket in [landing] + [f"bench-lake-{tag}-{i}" for i in range(runs)]:
+            try:
+                for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+                    keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                    if keys:
+                        s3.delete_objects(Bucket=bucket, Delete={"Objects": keys})
+                s3.delete_bucket(Bucket=bucket)
+            except s3.exceptions.NoSuchBucket:
+                pass
+        for i in range(runs):
+            try:
+                ddb.delete_table(TableName=f"bench-{tag}-{i}")
+            except ddb.exceptions.ResourceNotFoundException:
+                pass
 
 # ---------------------------------------------------------------- the table
 results["load_end"] = os.getloadavg()[0]

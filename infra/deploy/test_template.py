@@ -69,11 +69,11 @@ SDK_CALLS = {
     },
     "ReconcileFunction": PIPELINE_CALLS
     | {
-        # shared/src/reconcile.rs
+        # shared/src/reconcile.rs, shared/src/reconcile/
         ("s3", "ListObjectsV2", "landing"),  # the window's prefixes
-        ("s3", "GetObject", "lake"),  # outputs read back; the window state
+        ("s3", "GetObject", "lake"),  # outputs' footers and sum columns (ranged); the window state
         ("s3", "PutObject", "lake"),  # reports (JSON, HTML); the window state (If-Match)
-        ("dynamodb", "Query", "index"),  # Ledger::list, 16 shards of by_source
+        ("dynamodb", "Query", "index"),  # Ledger::list_range: by_source, bounded on the key
     },
     # The planner only: it lists and enqueues, and never runs the per-object path.
     "BackfillFunction": {
@@ -94,7 +94,12 @@ SDK_CALLS = {
 COMMON_CODE = ["shared/src/process.rs", "shared/src/process", "shared/src/protocol.rs"]
 FUNCTION_CODE = {
     "IngestFunction": ["functions/ingest/src", "shared/src/ingest.rs", *COMMON_CODE],
-    "ReconcileFunction": ["functions/reconcile/src", "shared/src/reconcile.rs", *COMMON_CODE],
+    "ReconcileFunction": [
+        "functions/reconcile/src",
+        "shared/src/reconcile.rs",
+        "shared/src/reconcile",
+        *COMMON_CODE,
+    ],
     "BackfillFunction": ["functions/backfill/src", "shared/src/backfill.rs", "shared/src/inventory.rs"],
 }
 # Files of shared/src that call the ports but are on no function's path, and why.

@@ -104,6 +104,16 @@ pub struct ReconcileDoc {
     /// Relative tolerance for float sums (default 1e-9); integers and decimals are exact.
     #[serde(default = "default_tolerance")]
     pub float_tolerance: f64,
+    /// The fraction of each window's objects the deep tier checks (the source recounted, the
+    /// outputs' sum columns read back), in [0, 1] (default 0.01). The sample is a stable hash
+    /// of key and ETag, so a re-run checks the same objects. Objects with a cheap-tier
+    /// finding are checked deeply whatever this is.
+    #[serde(default = "default_deep_sample")]
+    pub deep_sample: f64,
+    /// When a scheduled window ends past a UTC midnight, check every object of the day it
+    /// closed deeply as well, as an extra entry of the report (default false).
+    #[serde(default)]
+    pub deep_closed_days: bool,
 }
 
 fn default_grace() -> u32 {
@@ -115,6 +125,9 @@ fn default_window() -> u32 {
 fn default_tolerance() -> f64 {
     1e-9
 }
+fn default_deep_sample() -> f64 {
+    0.01
+}
 
 impl Default for ReconcileDoc {
     fn default() -> Self {
@@ -123,6 +136,8 @@ impl Default for ReconcileDoc {
             max_window_minutes: default_window(),
             date_prefix: None,
             float_tolerance: default_tolerance(),
+            deep_sample: default_deep_sample(),
+            deep_closed_days: false,
         }
     }
 }
@@ -595,6 +610,15 @@ impl Source {
                 ));
             }
         }
+        let sample = doc.reconcile.deep_sample;
+        if !(0.0..=1.0).contains(&sample) {
+            return Err(invalid(
+                format!("{at}.reconcile.deep_sample"),
+                format!(
+                    "{sample} is not a fraction in [0, 1] (0.01 deep-checks 1% of each window)"
+                ),
+            ));
+        }
         if doc.max_attempts == 0 {
             return Err(invalid(format!("{at}.max_attempts"), "must be at least 1"));
         }
@@ -869,6 +893,33 @@ mod tests {
         let bad_sum = doc("").replace(r#"["amount"]"#, r#"["nope"]"#);
         let e = Config::from_json(&bad_sum).unwrap_err();
         assert!(e.to_string().contains("sources[0].sum_columns[0]"), "{e}");
+    }
+
+    #[test]
+    fn the_deep_sample_is_a_fraction() {
+        let c = Config::from_json(&doc("")).unwrap();
+        let r = &c.sources[0].doc.reconcile;
+        assert_eq!((r.deep_sample, r.deep_closed_days), (0.01, false));
+        for ok in ["0", "1", "0.25"] {
+            let d = doc(&format!(
+                r#","reconcile":{{"deep_sample":{ok},"deep_closed_days":true}}"#
+            ));
+            let c = Config::from_json(&d).unwrap();
+            assert_eq!(c.sources[0].doc.reconcile.deep_sample.to_string(), ok);
+        }
+        for bad in ["1.5", "-0.1"] {
+            let d = doc(&format!(r#","reconcile":{{"deep_sample":{bad}}}"#));
+            let e = Config::from_json(&d).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "invalid configuration at sources[0].reconcile.deep_sample: {bad} is not a \
+                     fraction in [0, 1] (0.01 deep-checks 1% of each window)"
+                )
+            );
+        }
+        let e = Config::from_json(&doc(r#","reconcile":{"deep_sample":"all"}"#)).unwrap_err();
+        assert!(e.to_string().contains("deep_sample"), "{e}");
     }
 
     #[test]

@@ -1,20 +1,33 @@
 //! Reconciliation: nothing is skipped silently. For one source and one closed window of
 //! last-modified times, list the source objects under the window's prefixes only, compare
 //! them with the ledger and the outputs, and (optionally) repair through the same per-object
-//! path as ingest:
-//! - missing (in S3, not done), stale (done for another version), stuck (claimed past its
-//!   lease), quarantined, orphaned (done, source gone);
-//! - rows and each configured sum, three ways: the source objects recounted (the honest
-//!   check), the ledger, and the Parquet outputs read back — Glue Data Quality's RowCountMatch
-//!   and AggregateMatch, exact for integers and decimals, within a stated tolerance for floats.
+//! path as ingest. Two tiers, so that checking every window costs a small fraction of
+//! ingesting it, and memory never grows with an object:
+//! - the **cheap tier**, for every object: the listing against the ledger records of the
+//!   window's prefixes (missing, stale, stuck, quarantined, orphaned), and each committed
+//!   output's Parquet footer, read by one ranged GET pinned to the committed ETag (deleted,
+//!   replaced, or holding another row count than the ledger says); the rejects file by HEAD;
+//! - the **deep tier**: the source object recounted (decoded again, streamed) and the
+//!   outputs' sum columns read back row group by row group ([`outputs`]), so rows and each
+//!   configured sum are compared three ways — Glue Data Quality's RowCountMatch and
+//!   AggregateMatch, exact for integers and decimals, within a stated tolerance for floats.
+//!   It runs on a stable sample of each window (`reconcile.deep_sample`), on every object
+//!   the cheap tier found something wrong with, on every object on demand, and on the days
+//!   a scheduled run closes when `reconcile.deep_closed_days` is set.
 //!
-//! The result is a [`Report`] (JSON, an HTML page, CloudWatch embedded-metric lines). Windows
-//! that a scheduled run closed are remembered in a small state object beside the reports, so
-//! each is closed once; any window can be re-checked on demand.
+//! The result is a [`Report`] (JSON, an HTML page, CloudWatch embedded-metric lines) that
+//! says which tier checked what. Windows that a scheduled run closed are remembered in a
+//! small state object beside the reports, so each is closed once; any window can be
+//! re-checked on demand.
+
+pub mod outputs;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::StreamExt;
+use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 use tokio_util::io::SyncIoBridge;
@@ -22,10 +35,15 @@ use tokio_util::io::SyncIoBridge;
 use crate::config::{ReportsDoc, Source};
 use crate::convert::{self, SumValue};
 use crate::error::{ProcessError, Result};
-use crate::model::{Record, Status, Target, VersionRef};
-use crate::ports::{GetOutcome, ObjectMeta, PutOutcome, WriteCondition};
+use crate::model::{BookmarkCounts, Committed, OutputRef, Record, Status, Target, VersionRef};
+use crate::ports::{GetOutcome, KeyRange, ObjectMeta, PutOutcome, WriteCondition};
 use crate::process::{Pipeline, RunContext};
 use crate::schema::ColumnType;
+use outputs::{Footer, Read, ReadError};
+
+/// Objects whose cheap-tier reads (ledger record aside: read with the listing) may be in
+/// flight at once, ahead of the object being checked.
+const READ_AHEAD: usize = 16;
 
 /// A window of last-modified times, `[from_ms, to_ms)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +52,27 @@ pub struct Window {
     pub from_ms: i64,
     /// End (exclusive), ms since the epoch.
     pub to_ms: i64,
+}
+
+/// Which tier of reconciliation made a finding or a mismatch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// The listing against the ledger, and the outputs' footers: every object.
+    #[default]
+    Cheap,
+    /// The source recounted and the outputs' sum columns read back.
+    Deep,
+}
+
+impl Tier {
+    /// `cheap` or `deep`, as the report writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Cheap => "cheap",
+            Tier::Deep => "deep",
+        }
+    }
 }
 
 /// What reconciliation found wrong with one object.
@@ -71,9 +110,13 @@ pub struct Finding {
     pub kind: FindingKind,
     /// The key.
     pub key: String,
+    /// Which tier found it: the cheap one for everything but a deep-tier read that failed.
+    #[serde(default)]
+    pub tier: Tier,
     /// Details (status, versions, last error).
     pub detail: String,
-    /// Rows of the source object (recounted): what the lake lacks or holds wrongly.
+    /// Rows of the source object (recounted by the deep tier): what the lake lacks or holds
+    /// wrongly.
     pub rows: Option<u64>,
     /// Sums of the source object (recounted).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -86,12 +129,18 @@ pub struct Finding {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MismatchKind {
-    /// The ledger's rows or sums differ from a recount of the source object.
+    /// The ledger's rows or sums differ from a recount of the source object (deep tier).
     LedgerVsSource,
-    /// The Parquet output's rows or sums differ from the ledger's.
+    /// The Parquet output's rows (from its footer: cheap tier) or sums (read back: deep
+    /// tier) differ from the ledger's.
     LakeVsLedger,
     /// A committed output does not exist.
     OutputMissing,
+    /// A committed output was replaced: its ETag is not the one the ledger committed (the
+    /// rows and sums of what is there now are compared too).
+    OutputChanged,
+    /// A committed output is not a Parquet file that can be read.
+    OutputUnreadable,
     /// The source object could not be recounted (it no longer decodes under the config).
     SourceUnreadable,
 }
@@ -103,6 +152,9 @@ pub struct Mismatch {
     pub kind: MismatchKind,
     /// The source key.
     pub key: String,
+    /// Which tier found it.
+    #[serde(default)]
+    pub tier: Tier,
     /// `rows` or `sum(<column>)` (or the output key).
     pub measure: String,
     /// The reference value (the source's for ledger-vs-source, the ledger's for lake-vs-ledger).
@@ -119,18 +171,43 @@ pub struct Tally {
     /// Rows.
     pub rows: u64,
     /// Sums by column, as exact decimal strings.
+    #[serde(default)]
     pub sums: BTreeMap<String, String>,
 }
 
-/// The three tallies over the window's done objects.
+/// The tallies of a window. Each counts only what was read: the ledger and the outputs'
+/// footers for every done object the cheap tier checked; the source, the ledger and the
+/// outputs' sum columns, three ways, for the objects the deep tier checked.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
-    /// Recounted from the source objects.
-    pub source: Tally,
-    /// As recorded in the ledger.
+    /// The done objects checked: rows and sums as the ledger recorded them.
     pub ledger: Tally,
-    /// Read back from the Parquet outputs.
+    /// The done objects whose outputs could all be read: rows from the outputs' footers.
+    /// No sums: only the deep tier reads column values (see `deep.lake`).
     pub lake: Tally,
+    /// The deep-checked objects, three ways.
+    pub deep: DeepTotals,
+}
+
+/// Rows and sums of the deep-checked objects, three ways.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeepTotals {
+    /// Recounted from the source objects (every deep-checked object that could be read,
+    /// done or not: a missing object's rows are what the lake lacks).
+    pub source: Tally,
+    /// The deep-checked done objects, as the ledger recorded them.
+    pub ledger: Tally,
+    /// The deep-checked done objects' outputs, their sum columns read back.
+    pub lake: Tally,
+}
+
+/// How many objects each tier checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TierCounts {
+    /// Objects the cheap tier checked (every object the run reached).
+    pub cheap: u64,
+    /// Objects the deep tier checked.
+    pub deep: u64,
 }
 
 /// Reconciliation of one source over one window.
@@ -144,11 +221,25 @@ pub struct SourceReport {
     pub prefixes: Vec<String>,
     /// Source objects in the window.
     pub objects: u64,
+    /// The fraction of objects the deep tier sampled (1: every object).
+    #[serde(default)]
+    pub deep_sample: f64,
+    /// A closed day checked deeply in full (`reconcile.deep_closed_days`), besides the
+    /// scheduled window that closed it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub closed_day: bool,
+    /// Objects checked by each tier.
+    #[serde(default)]
+    pub checked: TierCounts,
+    /// The keys the deep tier checked: the sample, and every object with a cheap-tier
+    /// finding or mismatch.
+    #[serde(default)]
+    pub deep_checked: Vec<String>,
     /// Objects found wrong.
     pub findings: Vec<Finding>,
     /// Counts that disagree.
     pub mismatches: Vec<Mismatch>,
-    /// Rows and sums three ways.
+    /// Rows and sums, by tier.
     pub totals: Totals,
     /// Age of the oldest missing / stale / stuck object, ms (0 when none).
     pub lag_ms: i64,
@@ -167,14 +258,14 @@ pub struct SourceReport {
     #[serde(default)]
     pub late_rows: u64,
     /// A source with `on_bad_row: reject`: rows set aside by the objects checked in this
-    /// window (as their commits record them; each object's count is also checked against a
-    /// recount of the source).
+    /// window (as their commits record them; the deep tier also checks each object's count
+    /// against a recount of the source).
     #[serde(default)]
     pub rejected_rows: u64,
     /// A source with bookmark keys: its counts since it began (objects, emitted, late and
     /// re-exported rows), from its lock record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bookmark: Option<crate::model::BookmarkCounts>,
+    pub bookmark: Option<BookmarkCounts>,
 }
 
 impl SourceReport {
@@ -198,6 +289,10 @@ impl SourceReport {
             window,
             prefixes: window_prefixes(source, window),
             objects: 0,
+            deep_sample: source.doc.reconcile.deep_sample,
+            closed_day: false,
+            checked: TierCounts::default(),
+            deep_checked: Vec::new(),
             findings: Vec::new(),
             mismatches: Vec::new(),
             totals: Totals::default(),
@@ -240,14 +335,51 @@ pub struct Report {
 pub struct Options {
     /// Re-drive missing, stale, stuck and orphaned objects through the per-object path.
     pub repair: bool,
-    /// Recount the source objects (reads them all; the honest check).
-    pub recount: bool,
+    /// The fraction of the window's done objects the deep tier checks (a stable sample by
+    /// key and ETag; 1: every object); `None`: the source's `reconcile.deep_sample`. Objects
+    /// with a cheap-tier finding are checked deeply whatever this is.
+    pub deep_sample: Option<f64>,
     /// Stop taking new objects once the clock passes this, ms since the epoch.
     pub stop_at_ms: i64,
     /// Check at most this many objects (then stop, incomplete).
     pub max_objects: Option<u64>,
-    /// Resume a window: skip keys up to and including this one.
+    /// Only keys after this one: a window resumed, or a part of it.
     pub start_after: Option<String>,
+    /// Only keys at or before this one: with `start_after`, one key range of a window (its
+    /// listing, ledger records and orphans alone), so that a window can be split.
+    pub through: Option<String>,
+}
+
+impl Default for Options {
+    /// Repair, the source's sample, no deadline, the whole window.
+    fn default() -> Self {
+        Self {
+            repair: true,
+            deep_sample: None,
+            stop_at_ms: i64::MAX,
+            max_objects: None,
+            start_after: None,
+            through: None,
+        }
+    }
+}
+
+/// Is the version `etag` of `key` in a deep-tier sample of `fraction` of the objects? A
+/// stable hash of both decides, so a re-run checks the same objects, and a new version of an
+/// object is drawn afresh.
+pub fn sampled(key: &str, etag: &str, fraction: f64) -> bool {
+    if fraction >= 1.0 {
+        return true;
+    }
+    let digest = Md5::new()
+        .chain_update(key.as_bytes())
+        .chain_update([0])
+        .chain_update(etag.as_bytes())
+        .finalize();
+    let mut head = [0; 8];
+    head.copy_from_slice(&digest[..8]);
+    // The first 64 bits, as a fraction of 2^64.
+    (u64::from_be_bytes(head) as f64) < fraction * 18_446_744_073_709_551_616.0
 }
 
 /// The prefixes a window of `source` lists: the source prefix, or with a `date_prefix`
@@ -293,75 +425,149 @@ fn same(a: &SumValue, b: &SumValue, tolerance: f64) -> bool {
     }
 }
 
-/// Running tallies: 0 source, 1 ledger, 2 lake.
+/// A running tally.
 #[derive(Default)]
-struct Counter {
-    sums: [BTreeMap<String, SumValue>; 3],
-    tallies: [Tally; 3],
+struct Count {
+    objects: u64,
+    rows: u64,
+    sums: BTreeMap<String, SumValue>,
 }
 
-impl Counter {
-    fn add(&mut self, which: usize, rows: u64, sums: &BTreeMap<String, SumValue>) {
-        self.tallies[which].objects += 1;
-        self.tallies[which].rows += rows;
+impl Count {
+    fn add(&mut self, rows: u64, sums: &BTreeMap<String, SumValue>) {
+        self.objects += 1;
+        self.rows += rows;
         for (col, v) in sums {
-            self.sums[which]
+            self.sums
                 .entry(col.clone())
                 .and_modify(|t| *t = t.plus(v))
                 .or_insert(*v);
         }
     }
 
-    fn finish(mut self) -> Totals {
-        for (tally, sums) in self.tallies.iter_mut().zip(&self.sums) {
-            tally.sums = sums
+    fn finish(self) -> Tally {
+        Tally {
+            objects: self.objects,
+            rows: self.rows,
+            sums: self
+                .sums
                 .iter()
                 .map(|(k, v)| (k.clone(), v.to_string()))
-                .collect();
+                .collect(),
         }
-        let [source, ledger, lake] = self.tallies;
+    }
+}
+
+/// The running tallies of a window (see [`Totals`]).
+#[derive(Default)]
+struct Counts {
+    recorded: Count,
+    footers: Count,
+    deep_source: Count,
+    deep_ledger: Count,
+    deep_lake: Count,
+}
+
+impl Counts {
+    fn finish(self) -> Totals {
         Totals {
-            source,
-            ledger,
-            lake,
+            ledger: self.recorded.finish(),
+            lake: self.footers.finish(),
+            deep: DeepTotals {
+                source: self.deep_source.finish(),
+                ledger: self.deep_ledger.finish(),
+                lake: self.deep_lake.finish(),
+            },
         }
     }
 }
 
-/// Compare two row counts and sum maps, recording each difference.
-#[allow(clippy::too_many_arguments)]
-fn compare(
-    out: &mut Vec<Mismatch>,
-    kind: MismatchKind,
-    key: &str,
-    tolerance: f64,
-    expected: (u64, &BTreeMap<String, SumValue>),
-    found: (u64, &BTreeMap<String, SumValue>),
-) {
-    if expected.0 != found.0 {
-        out.push(Mismatch {
-            kind,
-            key: key.to_string(),
-            measure: "rows".into(),
-            expected: expected.0.to_string(),
-            found: found.0.to_string(),
-        });
+fn describe(rows: u64, sums: &BTreeMap<String, SumValue>) -> String {
+    let mut s = format!("rows {rows}");
+    for (col, v) in sums {
+        s.push_str(&format!(", sum({col}) {v}"));
     }
-    for (col, e) in expected.1 {
-        match found.1.get(col) {
-            Some(f) if same(e, f, tolerance) => {}
-            f => out.push(Mismatch {
-                kind,
-                key: key.to_string(),
-                measure: format!("sum({col})"),
-                expected: e.to_string(),
-                found: f.map_or("absent".into(), |f| f.to_string()),
-            }),
-        }
+    s
+}
+
+fn location(out: &OutputRef) -> String {
+    format!("s3://{}/{}", out.bucket, out.key)
+}
+
+/// What the ledger record says of a listed object.
+enum Ledgered<'r> {
+    /// Done for the listed version.
+    Done(&'r Committed, Option<BookmarkCounts>),
+    /// Claimed, its lease still running: its worker is on it.
+    InFlight,
+    /// Wrong.
+    Finding(FindingKind, String),
+}
+
+fn ledgered<'r>(record: Option<&'r Record>, object: &ObjectMeta, now: i64) -> Ledgered<'r> {
+    let Some(r) = record else {
+        return Ledgered::Finding(FindingKind::Missing, "no ledger record".into());
+    };
+    match r.status {
+        Status::Claimed => match r.claim.as_ref().filter(|c| c.lease_until <= now) {
+            Some(c) => Ledgered::Finding(
+                FindingKind::Stuck,
+                format!("claimed by run {} past its lease", c.run_id),
+            ),
+            None => Ledgered::InFlight,
+        },
+        Status::Quarantined => Ledgered::Finding(
+            FindingKind::Quarantined,
+            r.last_error.clone().unwrap_or_default(),
+        ),
+        Status::Done => match r.committed.as_ref() {
+            Some(c) => match &c.target {
+                Target::Version(v) if v.etag.as_deref() == Some(object.etag.as_str()) => {
+                    Ledgered::Done(c, r.bookmark.as_ref().map(|b| b.counts))
+                }
+                Target::Version(v) => Ledgered::Finding(
+                    FindingKind::Stale,
+                    format!(
+                        "done for etag {}, the object is now etag {}",
+                        v.etag.as_deref().unwrap_or("-"),
+                        object.etag
+                    ),
+                ),
+                Target::Delete(_) => {
+                    Ledgered::Finding(FindingKind::Missing, "no committed version".into())
+                }
+            },
+            None => Ledgered::Finding(FindingKind::Missing, "no committed version".into()),
+        },
+        other => Ledgered::Finding(
+            FindingKind::Missing,
+            format!(
+                "status {}{}",
+                other.as_str(),
+                r.last_error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
+            ),
+        ),
     }
 }
 
-/// Reconcile `source` over `window`.
+/// What the cheap tier read of one listed object.
+enum Cheap<'r> {
+    /// Done for the listed version: its outputs' footers (or the call that failed).
+    Done {
+        committed: &'r Committed,
+        classified: Option<BookmarkCounts>,
+        outputs: Result<OutputsRead<'r>>,
+    },
+    /// Claimed, its lease still running.
+    InFlight,
+    /// Wrong.
+    Finding(FindingKind, String),
+}
+
+/// Reconcile `source` over `window` (or the key range of it that `opts` names).
 pub async fn reconcile_source(
     p: &Pipeline,
     source: &Source,
@@ -371,17 +577,31 @@ pub async fn reconcile_source(
 ) -> Result<SourceReport> {
     let bucket = &source.doc.bucket;
     let prefixes = window_prefixes(source, window);
-    let now = p.clock.now_ms();
+    let range = |prefix: &str| KeyRange {
+        prefix: prefix.to_string(),
+        after: opts.start_after.clone(),
+        through: opts.through.clone(),
+    };
 
-    // Every key under the prefixes (to tell orphans), and the window's objects.
+    // Every key of the range under the prefixes (to tell orphans), the window's objects, and
+    // the ledger records of the same keys.
     let mut listed = BTreeSet::new();
     let mut objects: BTreeMap<String, ObjectMeta> = BTreeMap::new();
+    let mut records: HashMap<String, Record> = HashMap::new();
     for prefix in &prefixes {
-        let mut token = None;
+        let range = range(prefix);
+        let mut page = match &range.after {
+            Some(after) => p.store.list_after(bucket, prefix, after).await?,
+            None => p.store.list(bucket, prefix, None).await?,
+        };
         loop {
-            let page = p.store.list(bucket, prefix, token.as_deref()).await?;
+            let mut past = false;
             for o in page.objects {
-                if !source.matches(bucket, &o.key) {
+                if range.through.as_deref().is_some_and(|t| o.key.as_str() > t) {
+                    past = true;
+                    break;
+                }
+                if !range.contains(&o.key) || !source.matches(bucket, &o.key) {
                     continue;
                 }
                 listed.insert(o.key.clone());
@@ -390,186 +610,90 @@ pub async fn reconcile_source(
                 }
             }
             match page.next {
-                Some(next) => token = Some(next),
-                None => break,
+                Some(next) if !past => page = p.store.list(bucket, prefix, Some(&next)).await?,
+                _ => break,
             }
         }
+        for r in p.ledger.list_range(source.id(), &range).await? {
+            records.insert(r.key.clone(), r);
+        }
     }
-    let records: HashMap<String, Record> = p
-        .ledger
-        .list(source.id())
-        .await?
-        .into_iter()
-        .map(|r| (r.key.clone(), r))
-        .collect();
 
-    let tolerance = source.doc.reconcile.float_tolerance;
-    let mut findings = Vec::new();
-    let mut mismatches = Vec::new();
-    let mut counter = Counter::default();
-    let mut lag_ms = 0;
+    let mut check = Check {
+        p,
+        source,
+        ctx,
+        repair: opts.repair,
+        sample: opts.deep_sample.unwrap_or(source.doc.reconcile.deep_sample),
+        now: p.clock.now_ms(),
+        tolerance: source.doc.reconcile.float_tolerance,
+        findings: Vec::new(),
+        mismatches: Vec::new(),
+        counts: Counts::default(),
+        checked: TierCounts::default(),
+        deep_checked: Vec::new(),
+        lag_ms: 0,
+        late_rows: 0,
+        rejected_rows: 0,
+    };
     let mut complete = true;
     let mut resume_after = None;
     let mut last_key: Option<String> = None;
-    let mut late_rows = 0;
-    let mut rejected_rows = 0;
-
-    let start = opts.start_after.as_deref().unwrap_or("");
-    let todo = objects.iter().filter(|(k, _)| k.as_str() > start);
-    for (checked, (key, object)) in (0u64..).zip(todo) {
-        if p.clock.now_ms() >= opts.stop_at_ms || opts.max_objects.is_some_and(|m| checked >= m) {
+    // The cheap tier's reads run ahead of the checks, a few objects at a time, in key order.
+    let now = check.now;
+    let mut reads = futures::stream::iter(&objects)
+        .map(|(key, object)| {
+            let record = records.get(key);
+            async move {
+                let read = match ledgered(record, object, now) {
+                    Ledgered::Done(committed, classified) => Cheap::Done {
+                        committed,
+                        classified,
+                        outputs: read_outputs(p, source, key, committed).await,
+                    },
+                    Ledgered::InFlight => Cheap::InFlight,
+                    Ledgered::Finding(kind, detail) => Cheap::Finding(kind, detail),
+                };
+                (key, object, read)
+            }
+        })
+        .buffered(READ_AHEAD);
+    let mut n = 0u64;
+    while let Some((key, object, read)) = reads.next().await {
+        if p.clock.now_ms() >= opts.stop_at_ms || opts.max_objects.is_some_and(|m| n >= m) {
             complete = false;
             resume_after = last_key.clone().or_else(|| opts.start_after.clone());
             break;
         }
+        n += 1;
         last_key = Some(key.clone());
-        // The honest count: every object of the window, read again.
-        let recounted = if opts.recount {
-            match recount_source(p, source, key, object).await {
-                Ok(Ok(stats)) => {
-                    counter.add(0, stats.rows, &stats.sums);
-                    Some(Ok(stats))
-                }
-                Ok(Err(message)) => Some(Err(message)),
-                Err(e) => {
-                    findings.push(unchecked(key, &e));
-                    continue;
-                }
-            }
-        } else {
-            None
-        };
-        let finding = match records.get(key) {
-            None => Some((FindingKind::Missing, "no ledger record".to_string())),
-            Some(r) => match r.status {
-                Status::Claimed => r.claim.as_ref().filter(|c| c.lease_until <= now).map(|c| {
-                    (
-                        FindingKind::Stuck,
-                        format!("claimed by run {} past its lease", c.run_id),
-                    )
-                }),
-                Status::Quarantined => Some((
-                    FindingKind::Quarantined,
-                    r.last_error.clone().unwrap_or_default(),
-                )),
-                Status::Done => match r.committed.as_ref().map(|c| &c.target) {
-                    Some(Target::Version(v)) if v.etag.as_deref() == Some(object.etag.as_str()) => {
-                        let committed = r.committed.as_ref().expect("done has a commit");
-                        let classified = r.bookmark.as_ref().map(|b| b.counts);
-                        late_rows += classified.map_or(0, |c| c.late);
-                        rejected_rows += committed.rejected;
-                        match count_object(
-                            p,
-                            source,
-                            key,
-                            (committed, classified.as_ref()),
-                            recounted.as_ref(),
-                            tolerance,
-                            &mut counter,
-                            &mut mismatches,
-                        )
-                        .await
-                        {
-                            Ok(()) => None,
-                            Err(e) => Some((FindingKind::Unchecked, e.to_string())),
-                        }
-                    }
-                    Some(Target::Version(v)) => Some((
-                        FindingKind::Stale,
-                        format!(
-                            "done for etag {}, the object is now etag {}",
-                            v.etag.as_deref().unwrap_or("-"),
-                            object.etag
-                        ),
-                    )),
-                    _ => Some((FindingKind::Missing, "no committed version".into())),
-                },
-                other => Some((
-                    FindingKind::Missing,
-                    format!(
-                        "status {}{}",
-                        other.as_str(),
-                        r.last_error
-                            .as_deref()
-                            .map(|e| format!(": {e}"))
-                            .unwrap_or_default()
-                    ),
-                )),
-            },
-        };
-        if let Some((kind, detail)) = finding {
-            if kind != FindingKind::Quarantined {
-                lag_ms = lag_ms.max(now - object.last_modified);
-            }
-            let repair = if opts.repair && kind.repairable() {
-                let target = Target::Version(VersionRef {
-                    version: object.etag.clone(),
-                    version_id: object.version_id.clone(),
-                    etag: Some(object.etag.clone()),
-                    sequencer: None,
-                    size: Some(object.size),
-                });
-                Some(repair_with(p, source, key, target, ctx).await)
-            } else {
-                None
-            };
-            let (rows, sums) = match &recounted {
-                Some(Ok(stats)) => (
-                    Some(stats.rows),
-                    stats
-                        .sums
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.to_string()))
-                        .collect(),
-                ),
-                _ => (None, BTreeMap::new()),
-            };
-            findings.push(Finding {
-                kind,
-                key: key.clone(),
-                detail,
-                rows,
-                sums,
-                repair,
-            });
-        }
+        check.object(key, object, read).await;
     }
+    // Reads that ran ahead of a stop are dropped unused.
+    drop(reads);
 
-    // Orphans: committed in this window's time or later, under its prefixes, source gone.
-    if complete {
-        let mut orphans: Vec<&Record> = records
-            .values()
-            .filter(|r| r.status == Status::Done)
-            .filter(|r| {
-                r.committed
-                    .as_ref()
-                    .is_some_and(|c| c.committed_at >= window.from_ms)
-            })
-            .filter(|r| prefixes.iter().any(|pre| r.key.starts_with(pre.as_str())))
-            .filter(|r| !listed.contains(&r.key))
-            .collect();
-        orphans.sort_by(|a, b| a.key.cmp(&b.key));
-        for r in orphans {
-            let repair = if opts.repair {
-                let target = Target::Delete(crate::model::DeleteRef {
-                    sequencer: None,
-                    version_id: None,
-                    delete_marker: false,
-                });
-                Some(repair_with(p, source, &r.key, target, ctx).await)
-            } else {
-                None
-            };
-            let committed = r.committed.as_ref();
-            findings.push(Finding {
-                kind: FindingKind::Orphaned,
-                key: r.key.clone(),
-                detail: "done, but the source object is gone".into(),
-                rows: committed.map(|c| c.rows),
-                sums: committed.map(|c| c.sums.clone()).unwrap_or_default(),
-                repair,
-            });
-        }
+    // Orphans: committed in this window's time or later, among the keys this run covered
+    // (all of its range, or up to the last key checked), source gone.
+    let covered = if complete {
+        opts.through.clone()
+    } else {
+        resume_after.clone()
+    };
+    let mut orphans: Vec<&Record> = records
+        .values()
+        .filter(|_| complete || resume_after.is_some())
+        .filter(|r| r.status == Status::Done)
+        .filter(|r| {
+            r.committed
+                .as_ref()
+                .is_some_and(|c| c.committed_at >= window.from_ms)
+        })
+        .filter(|r| !listed.contains(&r.key))
+        .filter(|r| covered.as_deref().is_none_or(|c| r.key.as_str() <= c))
+        .collect();
+    orphans.sort_by(|a, b| a.key.cmp(&b.key));
+    for r in orphans {
+        check.orphan(r).await;
     }
 
     let bookmark = match &source.doc.bookmark {
@@ -587,32 +711,485 @@ pub async fn reconcile_source(
         ),
     };
     Ok(SourceReport {
-        late_rows,
-        rejected_rows,
-        bookmark,
         source_id: source.id().to_string(),
         window,
         prefixes,
         objects: objects.len() as u64,
-        findings,
-        mismatches,
-        totals: counter.finish(),
-        lag_ms,
+        deep_sample: check.sample,
+        closed_day: false,
+        checked: check.checked,
+        deep_checked: check.deep_checked,
+        findings: check.findings,
+        mismatches: check.mismatches,
+        totals: check.counts.finish(),
+        lag_ms: check.lag_ms,
         complete,
         resume_after,
         resumed_after: opts.start_after.clone(),
         error: None,
+        late_rows: check.late_rows,
+        rejected_rows: check.rejected_rows,
+        bookmark,
     })
 }
 
-fn unchecked(key: &str, e: &ProcessError) -> Finding {
-    Finding {
-        kind: FindingKind::Unchecked,
-        key: key.to_string(),
-        detail: e.to_string(),
-        rows: None,
-        sums: BTreeMap::new(),
-        repair: None,
+/// What the cheap tier read of a done object's outputs: each one's footer (when it could be
+/// read), and what was wrong with them.
+type OutputsRead<'c> = (Vec<Output<'c>>, Vec<Mismatch>);
+
+/// The ledger's sums of a commit, typed by the source's schema.
+fn ledger_sums(source: &Source, committed: &Committed) -> BTreeMap<String, SumValue> {
+    committed
+        .sums
+        .iter()
+        .filter_map(|(col, s)| {
+            let ty = sum_type(source, col)?;
+            Some((col.clone(), SumValue::parse_for(&ty, s).ok()?))
+        })
+        .collect()
+}
+
+/// The cheap tier's reads of a done object's outputs: each footer by one ranged GET pinned
+/// to the committed ETag (a replaced output's footer is read unpinned), and the rejects file
+/// by HEAD. Every problem is a mismatch; a failed call is the error.
+async fn read_outputs<'c>(
+    p: &Pipeline,
+    source: &Source,
+    key: &str,
+    committed: &'c Committed,
+) -> Result<OutputsRead<'c>> {
+    let store = &*p.store;
+    let mut mismatches = Vec::new();
+    let mut mismatch = |kind, measure: String, expected: String, found: String| {
+        mismatches.push(Mismatch {
+            kind,
+            key: key.to_string(),
+            tier: Tier::Cheap,
+            measure,
+            expected,
+            found,
+        });
+    };
+    let mut outputs = Vec::with_capacity(committed.outputs.len());
+    for out in &committed.outputs {
+        let mut read = outputs::read_footer(store, &out.bucket, &out.key, Some(&out.etag)).await;
+        if let Ok(Read::Changed) = read {
+            read = outputs::read_footer(store, &out.bucket, &out.key, None).await;
+            let found = match &read {
+                Ok(Read::Found(f)) => format!("ETag {}", f.etag),
+                Ok(Read::NotFound) => "deleted since".into(),
+                _ => "another object".into(),
+            };
+            let expected = format!("ETag {}", out.etag);
+            mismatch(MismatchKind::OutputChanged, location(out), expected, found);
+        }
+        let footer = match read {
+            Ok(Read::Found(footer)) => Some(footer),
+            Ok(Read::NotFound) => {
+                let expected = describe(committed.rows, &ledger_sums(source, committed));
+                let found = "no such object".into();
+                mismatch(MismatchKind::OutputMissing, location(out), expected, found);
+                None
+            }
+            // Replaced again between the two reads: the next run sees it settled.
+            Ok(Read::Changed) => None,
+            Err(ReadError::Store(e)) => return Err(e.into()),
+            Err(e @ ReadError::Invalid { .. }) => {
+                let expected = "a Parquet file".into();
+                mismatch(
+                    MismatchKind::OutputUnreadable,
+                    location(out),
+                    expected,
+                    e.to_string(),
+                );
+                None
+            }
+        };
+        outputs.push(Output {
+            output: out,
+            footer,
+        });
+    }
+    if let Some(rejects) = &committed.rejects {
+        let found = match p.store.head(&rejects.bucket, &rejects.key).await? {
+            Some(found) if found.etag == rejects.etag => None,
+            Some(found) => Some(format!("ETag {}", found.etag)),
+            None => Some("no such object".to_string()),
+        };
+        if let Some(found) = found {
+            let expected = format!(
+                "the rejects file of {} rows (ETag {})",
+                committed.rejected, rejects.etag
+            );
+            mismatch(
+                MismatchKind::OutputMissing,
+                location(rejects),
+                expected,
+                found,
+            );
+        }
+    }
+    Ok((outputs, mismatches))
+}
+
+/// One committed output as the cheap tier found it: its footer, when it could be read (of
+/// the object there now, if it was replaced).
+struct Output<'c> {
+    output: &'c OutputRef,
+    footer: Option<Footer>,
+}
+
+/// The checks of one window, and what they found.
+struct Check<'a> {
+    p: &'a Pipeline,
+    source: &'a Source,
+    ctx: &'a RunContext,
+    repair: bool,
+    sample: f64,
+    now: i64,
+    tolerance: f64,
+    findings: Vec<Finding>,
+    mismatches: Vec<Mismatch>,
+    counts: Counts,
+    checked: TierCounts,
+    deep_checked: Vec<String>,
+    lag_ms: i64,
+    late_rows: u64,
+    rejected_rows: u64,
+}
+
+impl Check<'_> {
+    fn mismatch(
+        &mut self,
+        kind: MismatchKind,
+        tier: Tier,
+        key: &str,
+        measure: impl Into<String>,
+        expected: impl Into<String>,
+        found: impl Into<String>,
+    ) {
+        self.mismatches.push(Mismatch {
+            kind,
+            key: key.to_string(),
+            tier,
+            measure: measure.into(),
+            expected: expected.into(),
+            found: found.into(),
+        });
+    }
+
+    fn unchecked(&mut self, key: &str, tier: Tier, e: &dyn std::fmt::Display) {
+        self.findings.push(Finding {
+            kind: FindingKind::Unchecked,
+            key: key.to_string(),
+            tier,
+            detail: e.to_string(),
+            rows: None,
+            sums: BTreeMap::new(),
+            repair: None,
+        });
+    }
+
+    /// Both tiers on one listed object, given what the cheap tier read of it.
+    async fn object(&mut self, key: &str, object: &ObjectMeta, read: Cheap<'_>) {
+        self.checked.cheap += 1;
+        match read {
+            Cheap::InFlight => {}
+            Cheap::Done {
+                committed,
+                classified,
+                outputs,
+            } => self.done(key, object, committed, classified, outputs).await,
+            Cheap::Finding(kind, detail) => {
+                // Every finding is checked deeply: the recount says what the lake lacks.
+                self.checked.deep += 1;
+                self.deep_checked.push(key.to_string());
+                let recounted = match recount_source(self.p, self.source, key, object).await {
+                    Ok(r) => r.ok(),
+                    Err(e) => {
+                        self.unchecked(key, Tier::Deep, &e);
+                        None
+                    }
+                };
+                if let Some(stats) = &recounted {
+                    self.counts.deep_source.add(stats.rows, &stats.sums);
+                }
+                if kind != FindingKind::Quarantined {
+                    self.lag_ms = self.lag_ms.max(self.now - object.last_modified);
+                }
+                let repair = if self.repair && kind.repairable() {
+                    let target = Target::Version(VersionRef {
+                        version: object.etag.clone(),
+                        version_id: object.version_id.clone(),
+                        etag: Some(object.etag.clone()),
+                        sequencer: None,
+                        size: Some(object.size),
+                    });
+                    Some(repair_with(self.p, self.source, key, target, self.ctx).await)
+                } else {
+                    None
+                };
+                self.findings.push(Finding {
+                    kind,
+                    key: key.to_string(),
+                    tier: Tier::Cheap,
+                    detail,
+                    rows: recounted.as_ref().map(|s| s.rows),
+                    sums: recounted
+                        .map(|s| {
+                            s.sums
+                                .iter()
+                                .map(|(k, v)| (k.clone(), v.to_string()))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    repair,
+                });
+            }
+        }
+    }
+
+    /// A done object: its outputs' footers and rejects file (cheap), then, when sampled or
+    /// when something was wrong, the source recounted and the sum columns read (deep).
+    async fn done(
+        &mut self,
+        key: &str,
+        object: &ObjectMeta,
+        committed: &Committed,
+        classified: Option<BookmarkCounts>,
+        outputs: Result<OutputsRead<'_>>,
+    ) {
+        self.late_rows += classified.map_or(0, |c| c.late);
+        self.rejected_rows += committed.rejected;
+        let ledger_sums = ledger_sums(self.source, committed);
+        self.counts.recorded.add(committed.rows, &ledger_sums);
+
+        let before = self.mismatches.len();
+        let outputs = match outputs {
+            Ok((outputs, mismatches)) => {
+                self.mismatches.extend(mismatches);
+                outputs
+            }
+            Err(e) => return self.unchecked(key, Tier::Cheap, &e),
+        };
+        if outputs.iter().all(|o| o.footer.is_some()) {
+            let rows = outputs
+                .iter()
+                .flat_map(|o| &o.footer)
+                .map(Footer::rows)
+                .sum();
+            self.counts.footers.add(rows, &BTreeMap::new());
+            if rows != committed.rows {
+                self.mismatch(
+                    MismatchKind::LakeVsLedger,
+                    Tier::Cheap,
+                    key,
+                    "rows",
+                    committed.rows.to_string(),
+                    rows.to_string(),
+                );
+            }
+        }
+        let wrong = self.mismatches.len() > before;
+        if !wrong && !sampled(key, &object.etag, self.sample) {
+            return;
+        }
+
+        // The deep tier.
+        self.checked.deep += 1;
+        self.deep_checked.push(key.to_string());
+        let recounted = match recount_source(self.p, self.source, key, object).await {
+            Ok(r) => r,
+            Err(e) => return self.unchecked(key, Tier::Deep, &e),
+        };
+        self.counts.deep_ledger.add(committed.rows, &ledger_sums);
+        match &recounted {
+            Ok(stats) => {
+                self.counts.deep_source.add(stats.rows, &stats.sums);
+                self.source_vs_ledger(key, stats, committed, &ledger_sums, classified);
+            }
+            Err(message) => self.mismatch(
+                MismatchKind::SourceUnreadable,
+                Tier::Deep,
+                key,
+                "rows",
+                "a readable object",
+                message.clone(),
+            ),
+        }
+        if let Err(e) = self.sums(key, &outputs, &ledger_sums).await {
+            self.unchecked(key, Tier::Deep, &e);
+        }
+    }
+
+    /// The deep tier's read of the outputs: their sum columns, added up and compared with
+    /// the ledger's sums (the rows were compared by the cheap tier, from the footers).
+    async fn sums(
+        &mut self,
+        key: &str,
+        outputs: &[Output<'_>],
+        ledger_sums: &BTreeMap<String, SumValue>,
+    ) -> Result<()> {
+        let columns = &self.source.doc.sum_columns;
+        let mut rows = 0;
+        let mut sums: BTreeMap<String, SumValue> = BTreeMap::new();
+        for o in outputs {
+            // A missing or unreadable output is a cheap-tier mismatch already.
+            let Some(footer) = &o.footer else {
+                return Ok(());
+            };
+            let (bucket, out_key) = (&o.output.bucket, &o.output.key);
+            let read =
+                outputs::read_sums(Arc::clone(&self.p.store), bucket, out_key, footer, columns)
+                    .await;
+            let replaced = |why: &str| (format!("ETag {}", footer.etag), why.to_string());
+            let found = match read {
+                Ok(Read::Found(found)) => found,
+                Ok(Read::NotFound) => {
+                    let (expected, found) = replaced("deleted while it was read");
+                    let out = location(o.output);
+                    self.mismatch(
+                        MismatchKind::OutputMissing,
+                        Tier::Deep,
+                        key,
+                        out,
+                        expected,
+                        found,
+                    );
+                    return Ok(());
+                }
+                Ok(Read::Changed) => {
+                    let (expected, found) = replaced("replaced while it was read");
+                    let out = location(o.output);
+                    self.mismatch(
+                        MismatchKind::OutputChanged,
+                        Tier::Deep,
+                        key,
+                        out,
+                        expected,
+                        found,
+                    );
+                    return Ok(());
+                }
+                Err(ReadError::Store(e)) => return Err(e.into()),
+                Err(e @ ReadError::Invalid { .. }) => {
+                    self.mismatch(
+                        MismatchKind::OutputUnreadable,
+                        Tier::Deep,
+                        key,
+                        location(o.output),
+                        "a Parquet file with the sum columns",
+                        e.to_string(),
+                    );
+                    return Ok(());
+                }
+            };
+            rows += found.0;
+            for (col, v) in found.1 {
+                sums.entry(col).and_modify(|t| *t = t.plus(&v)).or_insert(v);
+            }
+        }
+        self.counts.deep_lake.add(rows, &sums);
+        for (col, expected) in ledger_sums {
+            match sums.get(col) {
+                Some(found) if same(expected, found, self.tolerance) => {}
+                found => self.mismatch(
+                    MismatchKind::LakeVsLedger,
+                    Tier::Deep,
+                    key,
+                    format!("sum({col})"),
+                    expected.to_string(),
+                    found.map_or("absent".into(), |f| f.to_string()),
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// The ledger's rows, sums and rejected rows against the source recounted.
+    fn source_vs_ledger(
+        &mut self,
+        key: &str,
+        stats: &convert::ConvertStats,
+        committed: &Committed,
+        ledger_sums: &BTreeMap<String, SumValue>,
+        classified: Option<BookmarkCounts>,
+    ) {
+        let kind = MismatchKind::LedgerVsSource;
+        // A source with bookmark keys: every row of the object was emitted, reported late
+        // or recognized as re-exported (the ledger's rows and sums are the emitted ones, of
+        // every version of the key).
+        if let Some(c) = classified {
+            if stats.rows != c.rows() {
+                self.mismatch(
+                    kind,
+                    Tier::Deep,
+                    key,
+                    "rows",
+                    stats.rows.to_string(),
+                    c.rows().to_string(),
+                );
+            }
+            return;
+        }
+        if stats.rows != committed.rows {
+            self.mismatch(
+                kind,
+                Tier::Deep,
+                key,
+                "rows",
+                stats.rows.to_string(),
+                committed.rows.to_string(),
+            );
+        }
+        for (col, expected) in &stats.sums {
+            match ledger_sums.get(col) {
+                Some(found) if same(expected, found, self.tolerance) => {}
+                found => self.mismatch(
+                    kind,
+                    Tier::Deep,
+                    key,
+                    format!("sum({col})"),
+                    expected.to_string(),
+                    found.map_or("absent".into(), |f| f.to_string()),
+                ),
+            }
+        }
+        let rejected = stats.rejects.len() as u64;
+        if rejected != committed.rejected {
+            self.mismatch(
+                kind,
+                Tier::Deep,
+                key,
+                "rejected rows",
+                rejected.to_string(),
+                committed.rejected.to_string(),
+            );
+        }
+    }
+
+    /// A record done under the window's prefixes whose source is gone.
+    async fn orphan(&mut self, r: &Record) {
+        let repair = if self.repair {
+            let target = Target::Delete(crate::model::DeleteRef {
+                sequencer: None,
+                version_id: None,
+                delete_marker: false,
+            });
+            Some(repair_with(self.p, self.source, &r.key, target, self.ctx).await)
+        } else {
+            None
+        };
+        let committed = r.committed.as_ref();
+        self.findings.push(Finding {
+            kind: FindingKind::Orphaned,
+            key: r.key.clone(),
+            tier: Tier::Cheap,
+            detail: "done, but the source object is gone".into(),
+            rows: committed.map(|c| c.rows),
+            sums: committed.map(|c| c.sums.clone()).unwrap_or_default(),
+            repair,
+        });
     }
 }
 
@@ -627,151 +1204,6 @@ async fn repair_with(
         Ok(outcome) => outcome.as_str().to_string(),
         Err(e) => format!("error: {e}"),
     }
-}
-
-fn describe(rows: u64, sums: &BTreeMap<String, SumValue>) -> String {
-    let mut s = format!("rows {rows}");
-    for (col, v) in sums {
-        s.push_str(&format!(", sum({col}) {v}"));
-    }
-    s
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn count_object(
-    p: &Pipeline,
-    source: &Source,
-    key: &str,
-    (committed, classified): (
-        &crate::model::Committed,
-        Option<&crate::model::BookmarkCounts>,
-    ),
-    recounted: Option<&std::result::Result<convert::ConvertStats, String>>,
-    tolerance: f64,
-    counter: &mut Counter,
-    mismatches: &mut Vec<Mismatch>,
-) -> Result<()> {
-    let columns = &source.doc.sum_columns;
-    let ledger_sums: BTreeMap<String, SumValue> = committed
-        .sums
-        .iter()
-        .filter_map(|(col, s)| {
-            let ty = sum_type(source, col)?;
-            Some((col.clone(), SumValue::parse_for(&ty, s).ok()?))
-        })
-        .collect();
-    counter.add(1, committed.rows, &ledger_sums);
-
-    // The lake: every output read back.
-    let mut lake_rows = 0;
-    let mut lake_sums: BTreeMap<String, SumValue> = BTreeMap::new();
-    let mut outputs_ok = true;
-    for out in &committed.outputs {
-        let found = match p.store.get(&out.bucket, &out.key, None).await? {
-            GetOutcome::Found { mut body, .. } => {
-                let mut bytes = Vec::new();
-                body.read_to_end(&mut bytes)
-                    .await
-                    .map_err(|e| ProcessError::Internal(e.to_string()))?;
-                convert::tally_parquet(Bytes::from(bytes), columns).map_err(|e| e.to_string())
-            }
-            _ => Err("no such object".to_string()),
-        };
-        match found {
-            Ok((rows, sums)) => {
-                lake_rows += rows;
-                for (col, v) in sums {
-                    lake_sums
-                        .entry(col)
-                        .and_modify(|t| *t = t.plus(&v))
-                        .or_insert(v);
-                }
-            }
-            Err(message) => {
-                outputs_ok = false;
-                mismatches.push(Mismatch {
-                    kind: MismatchKind::OutputMissing,
-                    key: key.to_string(),
-                    measure: format!("s3://{}/{}", out.bucket, out.key),
-                    expected: describe(committed.rows, &ledger_sums),
-                    found: message,
-                });
-            }
-        }
-    }
-    if let Some(rejects) = &committed.rejects {
-        let found = match p.store.head(&rejects.bucket, &rejects.key).await? {
-            Some(found) if found.etag == rejects.etag => None,
-            Some(found) => Some(format!("ETag {}", found.etag)),
-            None => Some("no such object".to_string()),
-        };
-        if let Some(found) = found {
-            mismatches.push(Mismatch {
-                kind: MismatchKind::OutputMissing,
-                key: key.to_string(),
-                measure: format!("s3://{}/{}", rejects.bucket, rejects.key),
-                expected: format!(
-                    "the rejects file of {} rows (ETag {})",
-                    committed.rejected, rejects.etag
-                ),
-                found,
-            });
-        }
-    }
-    if outputs_ok {
-        counter.add(2, lake_rows, &lake_sums);
-        compare(
-            mismatches,
-            MismatchKind::LakeVsLedger,
-            key,
-            tolerance,
-            (committed.rows, &ledger_sums),
-            (lake_rows, &lake_sums),
-        );
-    }
-
-    match recounted {
-        // A source with bookmark keys: every row of the object was emitted, reported late
-        // or recognized as re-exported (the ledger's rows and sums are the emitted ones, of
-        // every version of the key).
-        Some(Ok(stats)) if classified.is_some() => compare(
-            mismatches,
-            MismatchKind::LedgerVsSource,
-            key,
-            tolerance,
-            (stats.rows, &BTreeMap::new()),
-            (classified.map_or(0, |c| c.rows()), &BTreeMap::new()),
-        ),
-        Some(Ok(stats)) => {
-            compare(
-                mismatches,
-                MismatchKind::LedgerVsSource,
-                key,
-                tolerance,
-                (stats.rows, &stats.sums),
-                (committed.rows, &ledger_sums),
-            );
-            let rejected = stats.rejects.len() as u64;
-            if rejected != committed.rejected {
-                mismatches.push(Mismatch {
-                    kind: MismatchKind::LedgerVsSource,
-                    key: key.to_string(),
-                    measure: "rejected rows".into(),
-                    expected: rejected.to_string(),
-                    found: committed.rejected.to_string(),
-                });
-            }
-        }
-        Some(Err(message)) => mismatches.push(Mismatch {
-            kind: MismatchKind::SourceUnreadable,
-            key: key.to_string(),
-            measure: "rows".into(),
-            expected: "a readable object".into(),
-            found: message.clone(),
-        }),
-        None => {}
-    }
-    Ok(())
 }
 
 /// Recount a source object (pinned to the listed ETag). The inner error is a message for
@@ -809,6 +1241,11 @@ pub struct WindowState {
     /// A window a run stopped inside (at its deadline), and the last key it checked.
     #[serde(default)]
     pub partial: Option<(Window, String)>,
+    /// With `reconcile.deep_closed_days`: the days closed windows passed the end of, each
+    /// waiting for its deep check (with the last key checked when a run stopped inside it),
+    /// oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub closed_days: Vec<(Window, Option<String>)>,
 }
 
 fn state_key(reports: &ReportsDoc, source_id: &str) -> String {
@@ -902,7 +1339,8 @@ impl Report {
     }
 
     /// CloudWatch embedded-metric-format lines, one per source and window: missing, stale,
-    /// stuck, orphaned, quarantined, mismatches, repaired, lag.
+    /// stuck, orphaned, quarantined, mismatches, repaired, lag, and the objects each tier
+    /// checked.
     pub fn metric_lines(&self) -> Vec<String> {
         self.sources
             .iter()
@@ -924,7 +1362,9 @@ impl Report {
                                 {"Name": "Repaired", "Unit": "Count"},
                                 {"Name": "LagSeconds", "Unit": "Seconds"},
                                 {"Name": "LateRows", "Unit": "Count"},
-                                {"Name": "RejectedRows", "Unit": "Count"}
+                                {"Name": "RejectedRows", "Unit": "Count"},
+                                {"Name": "Checked", "Unit": "Count"},
+                                {"Name": "DeepChecked", "Unit": "Count"}
                             ]
                         }]
                     },
@@ -940,6 +1380,8 @@ impl Report {
                     "LagSeconds": s.lag_ms / 1000,
                     "LateRows": s.late_rows,
                     "RejectedRows": s.rejected_rows,
+                    "Checked": s.checked.cheap,
+                    "DeepChecked": s.checked.deep,
                     "window_from": rfc3339(s.window.from_ms),
                     "window_to": rfc3339(s.window.to_ms),
                 })
@@ -982,8 +1424,13 @@ impl Report {
         ));
         for s in &self.sources {
             h.push_str(&format!(
-                "<h2>{} &nbsp; {} → {} {}</h2><p>{} object(s) under {}{}</p>",
+                "<h2>{}{} &nbsp; {} → {} {}</h2><p>{} object(s) under {}{}</p>",
                 esc(&s.source_id),
+                if s.closed_day {
+                    " &nbsp; closed day, every object deep-checked"
+                } else {
+                    ""
+                },
                 rfc3339(s.window.from_ms),
                 rfc3339(s.window.to_ms),
                 if s.clean() {
@@ -1008,6 +1455,24 @@ impl Report {
                     )
                 }
             ));
+            h.push_str(&format!(
+                "<p>checked: {} object(s) by the cheap tier (listing vs ledger, output footers), \
+                 {} by the deep tier (source recounted, sum columns read back; sample {}%, and \
+                 every object with a cheap-tier finding)</p>",
+                s.checked.cheap,
+                s.checked.deep,
+                s.deep_sample * 100.0
+            ));
+            if !s.deep_checked.is_empty() {
+                h.push_str("<details><summary>deep-checked keys</summary><p>");
+                let keys: Vec<String> = s
+                    .deep_checked
+                    .iter()
+                    .map(|k| format!("<code>{}</code>", esc(k)))
+                    .collect();
+                h.push_str(&keys.join(", "));
+                h.push_str("</p></details>");
+            }
             h.push_str("<table><tr><th class=\"k\">kind</th>");
             for k in [
                 "missing",
@@ -1048,49 +1513,67 @@ impl Report {
                     s.rejected_rows
                 ));
             }
-            let cols: BTreeSet<&String> = s
-                .totals
-                .source
+            let t = &s.totals;
+            let cols: BTreeSet<&String> = t
+                .ledger
                 .sums
                 .keys()
-                .chain(s.totals.ledger.sums.keys())
-                .chain(s.totals.lake.sums.keys())
+                .chain(t.deep.source.sums.keys())
+                .chain(t.deep.ledger.sums.keys())
+                .chain(t.deep.lake.sums.keys())
                 .collect();
             h.push_str("<table><tr><th class=\"k\">counted from</th><th>objects</th><th>rows</th>");
             for c in &cols {
                 h.push_str(&format!("<th>sum({})</th>", esc(c)));
             }
             h.push_str("</tr>");
-            let reference = &s.totals.source;
-            for (name, t) in [
-                ("source (recount)", &s.totals.source),
-                ("ledger", &s.totals.ledger),
-                ("lake (Parquet)", &s.totals.lake),
+            // Each tier's rows are compared with its reference: the ledger for the footers,
+            // the source recount for the deep tier.
+            let differs =
+                |a: &Tally, b: &Tally, sums: bool| a.rows != b.rows || (sums && a.sums != b.sums);
+            for (name, tally, differs) in [
+                ("ledger (every done object)", &t.ledger, false),
+                (
+                    "lake, rows from footers (every done object)",
+                    &t.lake,
+                    differs(&t.lake, &t.ledger, false),
+                ),
+                ("deep: source (recount)", &t.deep.source, false),
+                (
+                    "deep: ledger",
+                    &t.deep.ledger,
+                    differs(&t.deep.ledger, &t.deep.source, true),
+                ),
+                (
+                    "deep: lake (sum columns read back)",
+                    &t.deep.lake,
+                    differs(&t.deep.lake, &t.deep.source, true),
+                ),
             ] {
-                let differs = t.rows != reference.rows || t.sums != reference.sums;
                 h.push_str(&format!(
                     "<tr{}><td class=\"k\">{name}</td><td>{}</td><td>{}</td>",
                     if differs { " class=\"diff\"" } else { "" },
-                    t.objects,
-                    t.rows
+                    tally.objects,
+                    tally.rows
                 ));
                 for c in &cols {
                     h.push_str(&format!(
                         "<td>{}</td>",
-                        esc(t.sums.get(*c).map(String::as_str).unwrap_or("–"))
+                        esc(tally.sums.get(*c).map(String::as_str).unwrap_or("–"))
                     ));
                 }
                 h.push_str("</tr>");
             }
             h.push_str("</table>");
             if !s.findings.is_empty() {
-                h.push_str("<table><tr><th class=\"k\">finding</th><th class=\"k\">key</th><th class=\"k\">detail</th><th>rows</th><th class=\"k\">sums</th><th class=\"k\">repair</th></tr>");
+                h.push_str("<table><tr><th class=\"k\">finding</th><th class=\"k\">tier</th><th class=\"k\">key</th><th class=\"k\">detail</th><th>rows</th><th class=\"k\">sums</th><th class=\"k\">repair</th></tr>");
                 for f in &s.findings {
                     let sums: Vec<String> =
                         f.sums.iter().map(|(c, v)| format!("{c} {v}")).collect();
                     h.push_str(&format!(
-                        "<tr><td class=\"k\">{:?}</td><td class=\"k\">{}</td><td class=\"k\">{}</td><td>{}</td><td class=\"k\">{}</td><td class=\"k\">{}</td></tr>",
+                        "<tr><td class=\"k\">{:?}</td><td class=\"k\">{}</td><td class=\"k\">{}</td><td class=\"k\">{}</td><td>{}</td><td class=\"k\">{}</td><td class=\"k\">{}</td></tr>",
                         f.kind,
+                        f.tier.as_str(),
                         esc(&f.key),
                         esc(&f.detail),
                         f.rows.map_or("–".into(), |r| r.to_string()),
@@ -1101,11 +1584,12 @@ impl Report {
                 h.push_str("</table>");
             }
             if !s.mismatches.is_empty() {
-                h.push_str("<table><tr><th class=\"k\">mismatch</th><th class=\"k\">key</th><th class=\"k\">measure</th><th>expected</th><th>found</th></tr>");
+                h.push_str("<table><tr><th class=\"k\">mismatch</th><th class=\"k\">tier</th><th class=\"k\">key</th><th class=\"k\">measure</th><th>expected</th><th>found</th></tr>");
                 for m in &s.mismatches {
                     h.push_str(&format!(
-                        "<tr class=\"diff\"><td class=\"k\">{:?}</td><td class=\"k\">{}</td><td class=\"k\">{}</td><td>{}</td><td>{}</td></tr>",
+                        "<tr class=\"diff\"><td class=\"k\">{:?}</td><td class=\"k\">{}</td><td class=\"k\">{}</td><td class=\"k\">{}</td><td>{}</td><td>{}</td></tr>",
                         m.kind,
+                        m.tier.as_str(),
                         esc(&m.key),
                         esc(&m.measure),
                         esc(&m.expected),
@@ -1134,6 +1618,13 @@ pub struct ManualRequest {
     /// Re-drive what is missing, stale, stuck or orphaned (default true).
     #[serde(default = "yes")]
     pub repair: bool,
+    /// Check every object with the deep tier too (default false).
+    #[serde(default)]
+    pub deep: bool,
+    /// The deep tier's sample for this run, a fraction in [0, 1] (default: each source's
+    /// `reconcile.deep_sample`).
+    #[serde(default)]
+    pub sample: Option<f64>,
 }
 
 fn yes() -> bool {
@@ -1144,7 +1635,9 @@ fn yes() -> bool {
 #[derive(Debug, thiserror::Error)]
 pub enum InvocationError {
     /// The payload is neither a scheduled event nor a manual request.
-    #[error("not a scheduled event nor a manual request {{source?, from, to, repair?}}: {0}")]
+    #[error(
+        "not a scheduled event nor a manual request {{source?, from, to, repair?, deep?, sample?}}: {0}"
+    )]
     Payload(String),
     /// No such source.
     #[error("no source {0:?} in the configuration")]
@@ -1165,10 +1658,28 @@ fn parse_rfc3339(field: &str, s: &str) -> std::result::Result<i64, InvocationErr
         .map_err(|e| InvocationError::Payload(format!("{field}: {s:?}: {e}")))
 }
 
+const DAY_MS: i64 = 86_400_000;
+
+/// The UTC days that end inside `(window.from_ms, window.to_ms]`: the days a window that
+/// reached its end has closed.
+fn closed_days(window: Window) -> Vec<Window> {
+    let mut days = Vec::new();
+    let mut midnight = (window.from_ms.div_euclid(DAY_MS) + 1) * DAY_MS;
+    while midnight <= window.to_ms {
+        days.push(Window {
+            from_ms: midnight - DAY_MS,
+            to_ms: midnight,
+        });
+        midnight += DAY_MS;
+    }
+    days
+}
+
 /// Serve one reconcile invocation: a scheduled event closes, per enabled source, the windows
 /// since the last closed one up to `now − grace` (at most `max_window_minutes` at a time) and
-/// remembers them; a manual request re-checks the given window. Reports are written when the
-/// configuration names a reports location, and metric lines are printed for CloudWatch.
+/// remembers them (and, with `reconcile.deep_closed_days`, then checks each day they closed
+/// with the deep tier); a manual request re-checks the given window. Reports are written when
+/// the configuration names a reports location, and metric lines are printed for CloudWatch.
 pub async fn handle(
     p: &Pipeline,
     config: &crate::config::Config,
@@ -1184,11 +1695,8 @@ pub async fn handle(
         sources: Vec::new(),
     };
     let opts = Options {
-        repair: true,
-        recount: true,
         stop_at_ms,
-        max_objects: None,
-        start_after: None,
+        ..Options::default()
     };
     if scheduled {
         let reports = config.reports.as_ref().ok_or(InvocationError::NoReports)?;
@@ -1197,52 +1705,12 @@ pub async fn handle(
             .iter()
             .filter(|s| s.doc.mode == crate::config::Mode::Enable)
         {
-            let rc = &source.doc.reconcile;
             let (mut state, etag) = load_state(p, reports, source.id()).await?;
-            let (window, start_after) = match state.partial.take() {
-                // Resume the window the last run stopped inside.
-                Some((window, after)) => (window, Some(after)),
-                None => {
-                    let max_window = i64::from(rc.max_window_minutes) * 60_000;
-                    let to_limit = now - i64::from(rc.grace_minutes) * 60_000;
-                    let from = state.closed_through_ms.unwrap_or(to_limit - max_window);
-                    let to = to_limit.min(from + max_window);
-                    if to <= from {
-                        continue;
-                    }
-                    (
-                        Window {
-                            from_ms: from,
-                            to_ms: to,
-                        },
-                        None,
-                    )
-                }
-            };
-            let opts = Options {
-                start_after,
-                ..opts.clone()
-            };
-            let r = match reconcile_source(p, source, window, opts, ctx).await {
-                Ok(r) => r,
-                Err(e) => {
-                    // This source's window stays as it was; the other sources go on.
-                    report
-                        .sources
-                        .push(SourceReport::failed(source, window, e.to_string()));
-                    continue;
-                }
-            };
-            if r.checked() {
-                state.closed_through_ms = Some(window.to_ms);
-            } else if let Some(after) = &r.resume_after {
-                state.partial = Some((window, after.clone()));
-            }
-            // A window with unchecked objects stays open: the next run checks it again.
-            if r.checked() || r.resume_after.is_some() {
+            let moved = scheduled_window(p, source, &mut state, &opts, ctx, &mut report).await;
+            let days = closed_day_checks(p, source, &mut state, &opts, ctx, &mut report).await;
+            if moved || days {
                 save_state(p, reports, source.id(), &state, etag).await?;
             }
-            report.sources.push(r);
         }
     } else {
         let req: ManualRequest = serde_json::from_value(payload.clone())
@@ -1251,6 +1719,11 @@ pub async fn handle(
             from_ms: parse_rfc3339("from", &req.from)?,
             to_ms: parse_rfc3339("to", &req.to)?,
         };
+        if let Some(f) = req.sample.filter(|f| !(0.0..=1.0).contains(f)) {
+            return Err(InvocationError::Payload(format!(
+                "sample: {f} is not a fraction in [0, 1]"
+            )));
+        }
         let sources: Vec<&Source> = match &req.source {
             Some(id) => vec![
                 config
@@ -1261,6 +1734,7 @@ pub async fn handle(
         };
         let opts = Options {
             repair: req.repair,
+            deep_sample: if req.deep { Some(1.0) } else { req.sample },
             ..opts.clone()
         };
         for source in sources {
@@ -1275,4 +1749,178 @@ pub async fn handle(
         _ => Vec::new(),
     };
     Ok((report, keys))
+}
+
+/// A scheduled run's window of `source`: the one the last run stopped inside, or the next
+/// one. Returns whether `state` moved (a window closed, or a cursor to resume from).
+async fn scheduled_window(
+    p: &Pipeline,
+    source: &Source,
+    state: &mut WindowState,
+    opts: &Options,
+    ctx: &RunContext,
+    report: &mut Report,
+) -> bool {
+    let rc = &source.doc.reconcile;
+    let (window, start_after) = match state.partial.take() {
+        // Resume the window the last run stopped inside.
+        Some((window, after)) => (window, Some(after)),
+        None => {
+            let max_window = i64::from(rc.max_window_minutes) * 60_000;
+            let to_limit = p.clock.now_ms() - i64::from(rc.grace_minutes) * 60_000;
+            let from = state.closed_through_ms.unwrap_or(to_limit - max_window);
+            let to = to_limit.min(from + max_window);
+            if to <= from {
+                return false;
+            }
+            (
+                Window {
+                    from_ms: from,
+                    to_ms: to,
+                },
+                None,
+            )
+        }
+    };
+    let opts = Options {
+        start_after: start_after.clone(),
+        ..opts.clone()
+    };
+    let r = match reconcile_source(p, source, window, opts, ctx).await {
+        Ok(r) => r,
+        Err(e) => {
+            // This source's window stays as it was; the other sources go on.
+            state.partial = start_after.map(|after| (window, after));
+            report
+                .sources
+                .push(SourceReport::failed(source, window, e.to_string()));
+            return false;
+        }
+    };
+    let moved = if r.checked() {
+        state.closed_through_ms = Some(window.to_ms);
+        if rc.deep_closed_days {
+            state
+                .closed_days
+                .extend(closed_days(window).into_iter().map(|day| (day, None)));
+        }
+        true
+    } else if let Some(after) = &r.resume_after {
+        state.partial = Some((window, after.clone()));
+        true
+    } else {
+        // A window with unchecked objects stays open: the next run checks it again.
+        state.partial = start_after.map(|after| (window, after));
+        false
+    };
+    report.sources.push(r);
+    moved
+}
+
+/// The deep checks of the days closed windows passed (`reconcile.deep_closed_days`), oldest
+/// first, while time is left; each is its own entry of the report. Returns whether `state`
+/// moved.
+async fn closed_day_checks(
+    p: &Pipeline,
+    source: &Source,
+    state: &mut WindowState,
+    opts: &Options,
+    ctx: &RunContext,
+    report: &mut Report,
+) -> bool {
+    if !source.doc.reconcile.deep_closed_days {
+        // Turned off since: the days still waiting are not checked.
+        let waiting = !state.closed_days.is_empty();
+        state.closed_days.clear();
+        return waiting;
+    }
+    let mut moved = false;
+    while let Some((day, after)) = state.closed_days.first().cloned() {
+        if p.clock.now_ms() >= opts.stop_at_ms {
+            break;
+        }
+        let opts = Options {
+            deep_sample: Some(1.0),
+            start_after: after,
+            ..opts.clone()
+        };
+        let mut r = match reconcile_source(p, source, day, opts, ctx).await {
+            Ok(r) => r,
+            Err(e) => {
+                let mut failed = SourceReport::failed(source, day, e.to_string());
+                failed.closed_day = true;
+                report.sources.push(failed);
+                break;
+            }
+        };
+        r.closed_day = true;
+        let next = if r.checked() {
+            state.closed_days.remove(0);
+            moved = true;
+            true
+        } else if let Some(after) = &r.resume_after {
+            state.closed_days[0].1 = Some(after.clone());
+            moved = true;
+            false
+        } else {
+            // Something could not be checked: the day is checked again by the next run.
+            false
+        };
+        report.sources.push(r);
+        if !next {
+            break;
+        }
+    }
+    moved
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sample_is_stable_and_about_the_fraction_asked() {
+        let keys: Vec<String> = (0..10_000)
+            .map(|i| format!("in/2026/11/{i:05}.csv"))
+            .collect();
+        let taken = |fraction| {
+            keys.iter()
+                .filter(|k| sampled(k, "9b2cf535f27731c974343645a3985328", fraction))
+                .count()
+        };
+        assert_eq!(taken(0.0), 0);
+        assert_eq!(taken(1.0), keys.len());
+        let one_percent = taken(0.01);
+        assert!((60..=140).contains(&one_percent), "{one_percent}");
+        let half = taken(0.5);
+        assert!((4_800..=5_200).contains(&half), "{half}");
+        // The same key and ETag always; a new version is drawn afresh.
+        let key = &keys[0];
+        let picks: Vec<bool> = (0..64)
+            .map(|v| sampled(key, &format!("etag-{v}"), 0.5))
+            .collect();
+        assert!(picks.contains(&true) && picks.contains(&false));
+        for (v, pick) in picks.iter().enumerate() {
+            assert_eq!(sampled(key, &format!("etag-{v}"), 0.5), *pick);
+        }
+        // A sample contains every smaller one.
+        for k in &keys[..1000] {
+            let e = "0cc175b9c0f1b6a831c399e269772661";
+            assert!(!sampled(k, e, 0.1) || sampled(k, e, 0.2), "{k}");
+        }
+    }
+
+    #[test]
+    fn a_window_closes_the_days_whose_midnights_it_passes() {
+        let day = DAY_MS;
+        let m = 20_000 * day;
+        let w = |from_ms, to_ms| Window { from_ms, to_ms };
+        assert_eq!(closed_days(w(m - 3_600_000, m - 1)), []);
+        assert_eq!(closed_days(w(m - 3_600_000, m)), [w(m - day, m)]);
+        assert_eq!(closed_days(w(m, m + day - 1)), [], "starts at a midnight");
+        assert_eq!(
+            closed_days(w(m - 1, m + day + 5)),
+            [w(m - day, m), w(m, m + day)]
+        );
+    }
 }

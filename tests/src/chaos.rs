@@ -2546,12 +2546,11 @@ pub async fn run(b: &Backends, cfg: ChaosConfig) -> ChaosReport {
     );
     clean.faults = Arc::new(NoFaults);
     clean.settings.lease_margin_ms = LEASE_MARGIN_MS;
+    // Every object through both tiers: the source recounted, the sums read back.
     let opts = |repair| Options {
         repair,
-        recount: true,
-        stop_at_ms: i64::MAX,
-        max_objects: None,
-        start_after: None,
+        deep_sample: Some(1.0),
+        ..Options::default()
     };
     let window = Window {
         from_ms: 0,
@@ -2621,9 +2620,9 @@ pub async fn run(b: &Backends, cfg: ChaosConfig) -> ChaosReport {
         }
         second_totals.push((
             source.id().to_string(),
-            r.totals.source.rows,
-            r.totals.ledger.rows,
-            r.totals.lake.rows,
+            r.totals.deep.source.rows,
+            r.totals.deep.ledger.rows,
+            r.totals.deep.lake.rows,
         ));
     }
     durations.push(("reconcile #2", recon2.elapsed()));

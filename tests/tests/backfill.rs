@@ -1136,7 +1136,7 @@ async fn work_items_not_started_in_time_send_their_message_back(b: Backends) {
         .await
         .unwrap();
     assert_eq!((r.summary.work_items_left, r.summary.processed), (4, 0));
-    assert_eq!(r.retry_messages, [message.id.clone()]);
+    assert_eq!(r.retry_messages, std::slice::from_ref(&message.id));
     let (_, counts) = b
         .ledger
         .get_job(plan.job.as_ref().unwrap())

@@ -184,10 +184,8 @@ async fn reconcile_report(b: &Backends, p: &Pipeline, source: &str) -> Report {
     };
     let opts = Options {
         repair: false,
-        recount: true,
-        stop_at_ms: i64::MAX,
-        max_objects: None,
-        start_after: None,
+        deep_sample: Some(1.0),
+        ..Options::default()
     };
     let r = reconcile::reconcile_source(p, s, window, opts, &b.ctx("reconcile"))
         .await

@@ -994,10 +994,8 @@ async fn bad_rows_go_to_the_rejects_file_under_policy_reject(b: Backends) {
     };
     let opts = reconcile::Options {
         repair: false,
-        recount: true,
-        stop_at_ms: i64::MAX,
-        max_objects: None,
-        start_after: None,
+        deep_sample: Some(1.0),
+        ..reconcile::Options::default()
     };
     let orders = config.source("orders").unwrap();
     let report = reconcile::reconcile_source(&p, orders, window, opts.clone(), &b.ctx("rec"))

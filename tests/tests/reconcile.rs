@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use tidemark::model::Status;
 use tidemark::ports::{Clock, LedgerWrite};
-use tidemark::reconcile::{self, FindingKind, MismatchKind, Options, Window};
+use tidemark::reconcile::{self, FindingKind, MismatchKind, Options, Tier, Window};
 use tidemark_tests::{Backends, FlakyStore, Totals, orders_csv};
 
 fn window(b: &Backends) -> Window {
@@ -15,13 +15,12 @@ fn window(b: &Backends) -> Window {
     }
 }
 
+/// Both tiers on every object (the source recounted, the outputs' sums read back).
 fn opts(repair: bool) -> Options {
     Options {
         repair,
-        recount: true,
-        stop_at_ms: i64::MAX,
-        max_objects: None,
-        start_after: None,
+        deep_sample: Some(1.0),
+        ..Options::default()
     }
 }
 
@@ -60,29 +59,35 @@ async fn objects_without_events_are_found_missing_repaired_and_the_window_is_cle
     assert_eq!(r.objects, 5);
     assert_eq!(r.findings.len(), 5, "{:#?}", r.findings);
     for (f, t) in r.findings.iter().zip(&each) {
-        assert_eq!(f.kind, FindingKind::Missing);
+        assert_eq!((f.kind, f.tier), (FindingKind::Missing, Tier::Cheap));
         assert_eq!(f.rows, Some(t.rows), "the finding says what the lake lacks");
         assert_eq!(f.sums["amount"], amount(t));
         assert_eq!(f.repair.as_deref(), Some("processed"), "{f:?}");
     }
-    assert_eq!(r.totals.source.rows, expected.rows);
+    assert_eq!(r.totals.deep.source.rows, expected.rows);
     assert_eq!(
-        r.totals.ledger.rows, 0,
+        (r.totals.ledger.rows, r.totals.deep.ledger.rows),
+        (0, 0),
         "nothing was in the ledger at check time"
     );
+    assert_eq!(r.deep_checked.len(), 5, "every finding is checked deeply");
     assert_eq!(b.lake_totals().await, expected);
 
     let again = reconcile_orders(&b, true).await;
     assert!(again.clean(), "{again:#?}");
     for t in [
-        &again.totals.source,
         &again.totals.ledger,
-        &again.totals.lake,
+        &again.totals.deep.source,
+        &again.totals.deep.ledger,
+        &again.totals.deep.lake,
     ] {
         assert_eq!((t.objects, t.rows), (5, expected.rows));
         assert_eq!(t.sums["amount"], amount(&expected));
         assert_eq!(t.sums["quantity"], expected.quantity.to_string());
     }
+    let footers = &again.totals.lake;
+    assert_eq!((footers.objects, footers.rows), (5, expected.rows));
+    assert!(footers.sums.is_empty(), "a footer holds no sums");
 }
 
 async fn a_run_that_stops_early_resumes_from_its_cursor(b: Backends) {
@@ -131,6 +136,27 @@ async fn a_run_that_stops_early_resumes_from_its_cursor(b: Backends) {
         b.lake_totals().await,
         expected,
         "every object repaired exactly once"
+    );
+
+    // One key range of the window: (00, 02].
+    let part = reconcile::reconcile_source(
+        &p,
+        source,
+        window(&b),
+        Options {
+            start_after: Some("in/2026/11/00.csv".into()),
+            through: Some("in/2026/11/02.csv".into()),
+            ..opts(true)
+        },
+        &b.ctx("part"),
+    )
+    .await
+    .unwrap();
+    assert!(part.clean(), "{part:#?}");
+    assert_eq!((part.objects, part.checked.cheap), (2, 2));
+    assert_eq!(
+        part.deep_checked,
+        ["in/2026/11/01.csv", "in/2026/11/02.csv"]
     );
 }
 
@@ -183,6 +209,7 @@ async fn hand_edits_are_each_reported_as_their_own_kind_with_exact_numbers(b: Ba
     let gone: Vec<_> = of(MismatchKind::OutputMissing).collect();
     assert_eq!(gone.len(), 1, "{:#?}", r.mismatches);
     assert_eq!(gone[0].key, "in/2026/11/01.csv");
+    assert_eq!(gone[0].tier, Tier::Cheap, "the footer's GET found nothing");
     assert_eq!(
         gone[0].expected,
         format!(
@@ -194,6 +221,13 @@ async fn hand_edits_are_each_reported_as_their_own_kind_with_exact_numbers(b: Ba
     );
     assert_eq!(gone[0].found, "no such object");
 
+    let replaced: Vec<_> = of(MismatchKind::OutputChanged).collect();
+    assert_eq!(replaced.len(), 1, "{:#?}", r.mismatches);
+    assert_eq!(
+        (replaced[0].key.as_str(), replaced[0].tier),
+        ("in/2026/11/02.csv", Tier::Cheap)
+    );
+
     let lake: Vec<_> = of(MismatchKind::LakeVsLedger).collect();
     let measure = |m: &str| {
         lake.iter()
@@ -201,6 +235,9 @@ async fn hand_edits_are_each_reported_as_their_own_kind_with_exact_numbers(b: Ba
             .unwrap_or_else(|| panic!("{m}: {lake:#?}"))
     };
     assert_eq!(lake.len(), 3, "rows and both sums differ: {lake:#?}");
+    // The rows from the footer, the sums from the columns read back.
+    assert_eq!(measure("rows").tier, Tier::Cheap);
+    assert_eq!(measure("sum(amount)").tier, Tier::Deep);
     assert_eq!(
         (
             measure("rows").expected.as_str(),
@@ -408,7 +445,16 @@ async fn store_failures_are_reported_per_object_and_keep_the_window_open(b: Back
     assert!(r.mismatches.is_empty(), "{:#?}", r.mismatches);
     assert!(!r.clean() && !r.checked());
     let others = each[0].rows + each[2].rows;
-    assert_eq!((r.totals.source.rows, r.totals.lake.rows), (others, others));
+    assert_eq!(
+        (r.totals.deep.source.rows, r.totals.deep.lake.rows),
+        (others, others)
+    );
+    assert_eq!(
+        f.tier,
+        Tier::Deep,
+        "the recount failed, not the cheap check"
+    );
+    assert_eq!(r.totals.lake.rows, expected.rows, "every footer was read");
 
     flaky.fail_gets_of(Some("orders/2026/11/02.csv.parquet"));
     let r = check(&p).await;
@@ -428,10 +474,10 @@ async fn store_failures_are_reported_per_object_and_keep_the_window_open(b: Back
             .contains("orders/2026/11/02.csv.parquet"),
         "{r:#?}"
     );
-    assert_eq!(
-        r.totals.source.rows, expected.rows,
-        "every source object recounted"
-    );
+    assert_eq!(r.findings[0].tier, Tier::Cheap);
+    // An object whose cheap check failed is left to the next run whole: no deep check.
+    assert_eq!(r.deep_checked, ["in/2026/11/00.csv", "in/2026/11/01.csv"]);
+    assert_eq!(r.totals.deep.source.rows, each[0].rows + each[1].rows);
 
     // A listing failure is the source's error in the report; the run itself succeeds.
     flaky.fail_gets_of(None);
@@ -464,7 +510,7 @@ async fn store_failures_are_reported_per_object_and_keep_the_window_open(b: Back
     // Scheduled: the window with an unchecked object is not closed, and the next run
     // (the fault gone) checks the same window again and closes it.
     flaky.fail_lists(false);
-    flaky.fail_gets_of(Some("in/2026/11/00.csv"));
+    flaky.fail_gets_of(Some("orders/2026/11/00.csv.parquet"));
     let scheduled =
         serde_json::json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}});
     b.clock.advance(60_000);
@@ -506,6 +552,435 @@ async fn store_failures_are_reported_per_object_and_keep_the_window_open(b: Back
     assert_eq!(o3.window.from_ms, o2.window.to_ms, "closed at last");
 }
 
+/// Reconcile `orders` with repair off and the deep tier sampling `sample` of the objects.
+async fn sampled_check(b: &Backends, sample: f64) -> reconcile::SourceReport {
+    let p = b.pipeline();
+    let config = b.config();
+    let source = config.source("orders").unwrap();
+    let opts = Options {
+        repair: false,
+        deep_sample: Some(sample),
+        ..Options::default()
+    };
+    reconcile::reconcile_source(&p, source, window(b), opts, &b.ctx("sampled"))
+        .await
+        .expect("reconcile")
+}
+
+/// The cheap tier alone (a sample of none) finds an object the ledger never saw and an
+/// output deleted by hand, and sends exactly those two to the deep tier.
+async fn the_cheap_tier_finds_a_missing_object_and_a_deleted_output(b: Backends) {
+    let (_, each) = land(&b, 3).await;
+    reconcile_orders(&b, true).await;
+    let p = b.pipeline();
+    let rec = p
+        .ledger
+        .get("orders", "in/2026/11/00.csv")
+        .await
+        .unwrap()
+        .unwrap();
+    let forgotten = p.ledger.delete("orders", &rec.key, rec.rev).await.unwrap();
+    assert_eq!(forgotten, LedgerWrite::Written);
+    let deleted = p
+        .store
+        .delete(&b.lake, "orders/2026/11/01.csv.parquet", None);
+    assert!(deleted.await.unwrap());
+
+    let r = sampled_check(&b, 0.0).await;
+    let findings: Vec<_> = r
+        .findings
+        .iter()
+        .map(|f| (f.kind, f.key.as_str(), f.tier))
+        .collect();
+    assert_eq!(
+        findings,
+        [(FindingKind::Missing, "in/2026/11/00.csv", Tier::Cheap)]
+    );
+    assert_eq!(
+        r.findings[0].rows,
+        Some(each[0].rows),
+        "recounted by the deep tier"
+    );
+    let mismatches: Vec<_> = r
+        .mismatches
+        .iter()
+        .map(|m| (m.kind, m.key.as_str(), m.tier, m.found.as_str()))
+        .collect();
+    assert_eq!(
+        mismatches,
+        [(
+            MismatchKind::OutputMissing,
+            "in/2026/11/01.csv",
+            Tier::Cheap,
+            "no such object"
+        )]
+    );
+    assert_eq!(r.checked.cheap, 3);
+    assert_eq!(r.deep_checked, ["in/2026/11/00.csv", "in/2026/11/01.csv"]);
+    assert_eq!(r.checked.deep, 2);
+    let t = &r.totals;
+    // Done: 01 and 02; footers read: 02's; deep: 00 and 01 recounted, 01 in the ledger.
+    assert_eq!(
+        (t.ledger.objects, t.ledger.rows),
+        (2, each[1].rows + each[2].rows)
+    );
+    assert_eq!((t.lake.objects, t.lake.rows), (1, each[2].rows));
+    assert_eq!(
+        (t.deep.source.objects, t.deep.source.rows),
+        (2, each[0].rows + each[1].rows)
+    );
+    assert_eq!((t.deep.ledger.objects, t.deep.lake.objects), (1, 0));
+}
+
+/// An output replaced by hand with another Parquet file of the same row count: its footer
+/// agrees with the ledger, but its ETag does not, so the cheap tier flags it and the deep
+/// tier, reading its sum columns, reports what differs.
+async fn an_output_replaced_with_the_same_row_count_is_caught_by_both_tiers(b: Backends) {
+    let (_, each) = land(&b, 3).await;
+    reconcile_orders(&b, true).await;
+    let p = b.pipeline();
+    let committed = p
+        .ledger
+        .get("orders", "in/2026/11/01.csv")
+        .await
+        .unwrap()
+        .unwrap()
+        .committed
+        .unwrap();
+    let config = b.config();
+    let spec = config.source("orders").unwrap().convert_spec("x.csv");
+    let (csv, other) = orders_csv(70_123, each[1].rows as usize);
+    assert_eq!(other.rows, each[1].rows);
+    assert_ne!(other.amount_cents, each[1].amount_cents);
+    let mut parquet = Vec::new();
+    tidemark::convert::convert(csv.as_bytes(), &spec, &mut parquet).unwrap();
+    b.overwrite_lake("orders/2026/11/01.csv.parquet", Bytes::from(parquet))
+        .await;
+    let now = p
+        .store
+        .head(&b.lake, "orders/2026/11/01.csv.parquet")
+        .await
+        .unwrap()
+        .unwrap();
+
+    let r = sampled_check(&b, 0.0).await;
+    assert!(r.findings.is_empty(), "{:#?}", r.findings);
+    let mismatches: Vec<_> = r
+        .mismatches
+        .iter()
+        .map(|m| {
+            (
+                m.kind,
+                m.tier,
+                m.measure.as_str(),
+                m.expected.clone(),
+                m.found.clone(),
+            )
+        })
+        .collect();
+    let output = format!("s3://{}/orders/2026/11/01.csv.parquet", b.lake);
+    assert_eq!(
+        mismatches,
+        [
+            (
+                MismatchKind::OutputChanged,
+                Tier::Cheap,
+                output.as_str(),
+                format!("ETag {}", committed.outputs[0].etag),
+                format!("ETag {}", now.etag)
+            ),
+            (
+                MismatchKind::LakeVsLedger,
+                Tier::Deep,
+                "sum(amount)",
+                amount(&each[1]),
+                amount(&other)
+            ),
+            (
+                MismatchKind::LakeVsLedger,
+                Tier::Deep,
+                "sum(quantity)",
+                each[1].quantity.to_string(),
+                other.quantity.to_string()
+            ),
+        ],
+        "no row mismatch: the footer has the ledger's rows"
+    );
+    assert!(r.mismatches.iter().all(|m| m.key == "in/2026/11/01.csv"));
+    assert_eq!(r.deep_checked, ["in/2026/11/01.csv"]);
+    assert_eq!(r.totals.deep.lake.sums["amount"], amount(&other));
+    assert_eq!(r.totals.deep.source.sums["amount"], amount(&each[1]));
+
+    // The report says which tier found what, in JSON, on the page and in the metrics.
+    let report = reconcile::Report {
+        run_id: "r".into(),
+        generated_at: b.clock.now_ms(),
+        sources: vec![r],
+    };
+    let json = serde_json::to_value(&report).unwrap();
+    let entry = &json["sources"][0];
+    assert_eq!(
+        entry["deep_checked"],
+        serde_json::json!(["in/2026/11/01.csv"])
+    );
+    assert_eq!(entry["checked"], serde_json::json!({"cheap": 3, "deep": 1}));
+    assert_eq!(entry["mismatches"][0]["tier"], "cheap");
+    assert_eq!(entry["mismatches"][0]["kind"], "output_changed");
+    assert_eq!(entry["mismatches"][1]["tier"], "deep");
+    let back: reconcile::Report = serde_json::from_value(json).unwrap();
+    assert_eq!(back, report);
+    let html = report.to_html();
+    assert!(html.contains("3 object(s) by the cheap tier"), "{html}");
+    assert!(html.contains("1 by the deep tier"), "{html}");
+    assert!(html.contains("<td class=\"k\">deep</td>"), "{html}");
+    let metrics = report.metric_lines().join("\n");
+    assert!(metrics.contains("\"Checked\":3") && metrics.contains("\"DeepChecked\":1"));
+}
+
+/// A footer whose row count is not the ledger's (here the ledger record was forged) is a
+/// cheap-tier mismatch; the deep tier then finds the ledger wrong against the source too.
+async fn a_footer_row_count_unlike_the_ledgers_is_a_cheap_tier_mismatch(b: Backends) {
+    let (_, each) = land(&b, 2).await;
+    reconcile_orders(&b, true).await;
+    let p = b.pipeline();
+    let mut rec = p
+        .ledger
+        .get("orders", "in/2026/11/01.csv")
+        .await
+        .unwrap()
+        .unwrap();
+    let expected_rev = rec.rev;
+    rec.rev += 1;
+    rec.committed.as_mut().unwrap().rows += 1;
+    assert_eq!(
+        p.ledger.replace(&rec, expected_rev).await.unwrap(),
+        LedgerWrite::Written
+    );
+
+    let r = sampled_check(&b, 0.0).await;
+    let mismatches: Vec<_> = r
+        .mismatches
+        .iter()
+        .map(|m| {
+            (
+                m.kind,
+                m.tier,
+                m.measure.as_str(),
+                m.expected.clone(),
+                m.found.clone(),
+            )
+        })
+        .collect();
+    let (ledger, lake) = ((each[1].rows + 1).to_string(), each[1].rows.to_string());
+    assert_eq!(
+        mismatches,
+        [
+            (
+                MismatchKind::LakeVsLedger,
+                Tier::Cheap,
+                "rows",
+                ledger.clone(),
+                lake.clone()
+            ),
+            (
+                MismatchKind::LedgerVsSource,
+                Tier::Deep,
+                "rows",
+                lake,
+                ledger
+            ),
+        ]
+    );
+    assert!(r.mismatches.iter().all(|m| m.key == "in/2026/11/01.csv"));
+    assert_eq!(r.deep_checked, ["in/2026/11/01.csv"]);
+}
+
+/// The deep tier's sample is a stable hash of key and ETag: two runs check the same objects,
+/// about the asked fraction of them; 0 checks none, 1 and a manual `deep` every one.
+async fn the_deep_sample_is_the_same_on_every_run(b: Backends) {
+    let n = 40;
+    for i in 0..n {
+        let (csv, _) = orders_csv(i * 100, 3);
+        b.upload(&format!("in/2026/12/{i:03}.csv"), &csv).await;
+    }
+    assert_eq!(reconcile_orders(&b, true).await.findings.len(), n as usize);
+    let p = b.pipeline();
+    let mut listed = Vec::new();
+    let mut token = None;
+    loop {
+        let page = p
+            .store
+            .list(&b.landing, "in/", token.as_deref())
+            .await
+            .unwrap();
+        listed.extend(page.objects.into_iter().map(|o| (o.key, o.etag)));
+        match page.next {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    assert_eq!(listed.len(), n as usize);
+
+    let half = sampled_check(&b, 0.5).await;
+    assert!(half.clean(), "{half:#?}");
+    let expected: Vec<&str> = listed
+        .iter()
+        .filter(|(k, e)| reconcile::sampled(k, e, 0.5))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    assert_eq!(half.deep_checked, expected);
+    assert!(
+        (8..=32).contains(&expected.len()),
+        "{} of {n}",
+        expected.len()
+    );
+    assert_eq!(sampled_check(&b, 0.5).await.deep_checked, half.deep_checked);
+    assert_eq!(half.totals.deep.lake.objects, expected.len() as u64);
+    assert_eq!(half.totals.deep.source.rows, 3 * expected.len() as u64);
+    assert_eq!(half.totals.lake.rows, 3 * n as u64, "every footer read");
+
+    let none = sampled_check(&b, 0.0).await;
+    assert_eq!((none.checked.cheap, none.checked.deep), (n as u64, 0));
+    assert_eq!(none.totals.deep, reconcile::DeepTotals::default());
+    let all = sampled_check(&b, 1.0).await;
+    assert_eq!(all.deep_checked.len(), n as usize);
+    // The source's default (1%) from the configuration: the same objects every run.
+    let default = |run: &'static str| {
+        let (p, config, ctx, w) = (b.pipeline(), b.config(), b.ctx(run), window(&b));
+        async move {
+            let source = config.source("orders").unwrap();
+            reconcile::reconcile_source(&p, source, w, Options::default(), &ctx)
+                .await
+                .unwrap()
+        }
+    };
+    let (one, two) = (default("d1").await, default("d2").await);
+    assert_eq!(one.deep_sample, 0.01);
+    assert_eq!(one.deep_checked, two.deep_checked);
+
+    // A manual request: `deep` checks every object, `sample` overrides the fraction.
+    let config = b.config();
+    let manual = |extra: serde_json::Value| {
+        let mut req = serde_json::json!({
+            "source": "orders", "repair": false,
+            "from": "2000-01-01T00:00:00Z",
+            "to": chrono::DateTime::from_timestamp_millis(window(&b).to_ms).unwrap().to_rfc3339(),
+        });
+        req.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        req
+    };
+    let (deep, _) = reconcile::handle(
+        &p,
+        &config,
+        &manual(serde_json::json!({"deep": true})),
+        &b.ctx("m1"),
+        i64::MAX,
+    )
+    .await
+    .unwrap();
+    assert_eq!(deep.sources[0].deep_checked.len(), n as usize);
+    assert!(deep.clean(), "{deep:#?}");
+    let (half_again, _) = reconcile::handle(
+        &p,
+        &config,
+        &manual(serde_json::json!({"sample": 0.5})),
+        &b.ctx("m2"),
+        i64::MAX,
+    )
+    .await
+    .unwrap();
+    assert_eq!(half_again.sources[0].deep_checked, half.deep_checked);
+    let e = reconcile::handle(
+        &p,
+        &config,
+        &manual(serde_json::json!({"sample": 1.5})),
+        &b.ctx("m3"),
+        i64::MAX,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("sample: 1.5 is not a fraction in [0, 1]"),
+        "{e}"
+    );
+}
+
+/// With `reconcile.deep_closed_days`, the scheduled run whose window passes a UTC midnight
+/// also checks every object of the day it closed with the deep tier, as its own report
+/// entry, once.
+async fn a_closed_day_is_checked_deeply_once(b: Backends) {
+    let (expected, _) = land(&b, 3).await;
+    let doc = serde_json::json!({
+        "sources": [{
+            "source_id": "orders", "bucket": b.landing, "prefix": "in/", "format": "csv",
+            "schema": [
+                {"name": "order_id", "type": "int64", "nullable": false},
+                {"name": "customer", "type": "string"},
+                {"name": "quantity", "type": "int32"},
+                {"name": "amount", "type": "decimal(12,2)"},
+                {"name": "ordered_at", "type": "timestamp"}
+            ],
+            "sum_columns": ["quantity", "amount"],
+            "output": {"bucket": b.lake, "prefix": "orders/"},
+            "reconcile": {"grace_minutes": 0, "deep_sample": 0, "deep_closed_days": true}
+        }],
+        "reports": {"bucket": b.lake, "prefix": "reports/"}
+    });
+    let config =
+        std::sync::Arc::new(tidemark::config::Config::from_json(&doc.to_string()).unwrap());
+    let p = b.pipeline_with(config.clone());
+    let scheduled =
+        serde_json::json!({"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}});
+    // The objects landed today: move to just past the coming midnight, which closes today.
+    let day = 86_400_000;
+    let midnight = (b.clock.now_ms() / day + 1) * day;
+    b.clock.advance(midnight + 60_000 - b.clock.now_ms());
+    let (first, _) = reconcile::handle(&p, &config, &scheduled, &b.ctx("s1"), i64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(first.sources.len(), 2, "{first:#?}");
+    let (window, closed) = (&first.sources[0], &first.sources[1]);
+    assert!(!window.closed_day && closed.closed_day);
+    assert_eq!(
+        window.findings.len(),
+        3,
+        "repaired by the window's run: {window:#?}"
+    );
+    assert_eq!(
+        (closed.window.from_ms, closed.window.to_ms),
+        (midnight - day, midnight)
+    );
+    assert!(closed.clean(), "{closed:#?}");
+    assert_eq!((closed.objects, closed.checked.deep), (3, 3));
+    for t in [
+        &closed.totals.deep.source,
+        &closed.totals.deep.ledger,
+        &closed.totals.deep.lake,
+    ] {
+        assert_eq!((t.objects, t.rows), (3, expected.rows));
+        assert_eq!(t.sums["amount"], amount(&expected));
+    }
+    assert!(
+        first
+            .to_html()
+            .contains("closed day, every object deep-checked")
+    );
+
+    b.clock.advance(60_000);
+    let (second, _) = reconcile::handle(&p, &config, &scheduled, &b.ctx("s2"), i64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(
+        second.sources.len(),
+        1,
+        "the day was checked once: {second:#?}"
+    );
+    assert!(!second.sources[0].closed_day);
+}
+
 tidemark_tests::on_both!(
     a_run_that_stops_early_resumes_from_its_cursor,
     objects_without_events_are_found_missing_repaired_and_the_window_is_clean_after,
@@ -513,4 +988,9 @@ tidemark_tests::on_both!(
     stale_stuck_and_orphaned_objects_are_found_and_repaired,
     scheduled_runs_close_each_window_once_and_write_reports,
     store_failures_are_reported_per_object_and_keep_the_window_open,
+    the_cheap_tier_finds_a_missing_object_and_a_deleted_output,
+    an_output_replaced_with_the_same_row_count_is_caught_by_both_tiers,
+    a_footer_row_count_unlike_the_ledgers_is_a_cheap_tier_mismatch,
+    the_deep_sample_is_the_same_on_every_run,
+    a_closed_day_is_checked_deeply_once,
 );

@@ -53,6 +53,7 @@ pub(crate) async fn function_handler(
             "source_id": s.source_id,
             "window": s.window,
             "objects": s.objects,
+            "deep_checked": s.checked.deep,
             "findings": s.findings.len(),
             "mismatches": s.mismatches.len(),
             "complete": s.complete,

@@ -12,8 +12,9 @@
 //! 5. compares rows and sums of the SOURCE files (recounted by the demo from the data it
 //!    generated, not by the pipeline), the LAKE (the Parquet outputs read back) and the
 //!    LEDGER (`status`), and requires exact equality: exit 1 with a loud message otherwise;
-//! 6. reconciles (the source recounted by the pipeline, the ledger and the lake; nothing
-//!    missing, stale or orphaned) and writes the HTML report into the directory;
+//! 6. reconciles, every object by the deep tier (the source recounted by the pipeline, the
+//!    ledger and the lake's sum columns; nothing missing, stale or orphaned) and writes the
+//!    HTML report into the directory;
 //! 7. shows the `sqlite3` one-liner for the ledger and the `status` table.
 
 use std::collections::BTreeMap;
@@ -485,7 +486,7 @@ pub async fn demo(dir: Option<PathBuf>, out: Out<'_>) -> Result<ExitCode, Error>
     // 7. The reconciler agrees: nothing missing, stale, stuck or orphaned; counts match.
     step(
         out,
-        "7. tidemark reconcile: source recounted vs ledger vs lake, nothing missing",
+        "7. tidemark reconcile --deep: source recounted vs ledger vs lake, nothing missing",
     )?;
     let now = backend.now();
     let window = tidemark::reconcile::Window {
@@ -498,12 +499,11 @@ pub async fn demo(dir: Option<PathBuf>, out: Out<'_>) -> Result<ExitCode, Error>
         sources: Vec::new(),
     };
     for source in &backend.config().sources {
+        // Every object through the deep tier: the source recounted, the sums read back.
         let opts = tidemark::reconcile::Options {
             repair: false,
-            recount: true,
-            stop_at_ms: i64::MAX,
-            max_objects: None,
-            start_after: None,
+            deep_sample: Some(1.0),
+            ..Default::default()
         };
         report.sources.push(
             tidemark::reconcile::reconcile_source(
@@ -519,14 +519,15 @@ pub async fn demo(dir: Option<PathBuf>, out: Out<'_>) -> Result<ExitCode, Error>
     for s in &report.sources {
         writeln!(
             out,
-            "  {}: {} objects, {} findings, {} mismatches; rows source {} / ledger {} / lake {}",
+            "  {}: {} objects ({} deep-checked), {} findings, {} mismatches; rows source {} / ledger {} / lake {}",
             s.source_id,
             s.objects,
+            s.checked.deep,
             s.findings.len(),
             s.mismatches.len(),
-            s.totals.source.rows,
-            s.totals.ledger.rows,
-            s.totals.lake.rows
+            s.totals.deep.source.rows,
+            s.totals.deep.ledger.rows,
+            s.totals.deep.lake.rows
         )?;
     }
     let html = dir.join("reconcile.html");

@@ -167,8 +167,9 @@ pub enum Command {
         #[arg(long)]
         source: Option<String>,
     },
-    /// Reconcile: find what is missing, stale, stuck, orphaned or quarantined, compare rows
-    /// and sums of source, ledger and lake, and repair. Without --from/--to, close each
+    /// Reconcile: find what is missing, stale, stuck, orphaned or quarantined, compare the
+    /// ledger's rows with the outputs' footers, and rows and sums of source, ledger and lake
+    /// for a sample (every object with --deep), and repair. Without --from/--to, close each
     /// source's next windows as the scheduled function does. Exits 1 unless clean.
     Reconcile(commands::repair::ReconcileArgs),
     /// Backfill a source (or a prefix / time range of it, or an S3 Inventory): the planner

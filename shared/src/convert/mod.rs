@@ -468,18 +468,44 @@ pub fn tally_parquet(
     use arrow_array::RecordBatchReader;
     let reader =
         parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(body)?.build()?;
-    let schema = reader.schema();
-    let types = column_types(&schema)?;
-    let mut sums = stats::Sums::new(&schema, &types, columns)?;
-    let mut rows = 0;
+    let mut tally = BatchTally::new(&reader.schema(), columns)?;
     for batch in reader {
-        let batch = batch.map_err(|e| ConvertError::Encode {
+        tally.add(&batch.map_err(|e| ConvertError::Encode {
             message: e.to_string(),
-        })?;
-        rows += batch.num_rows() as u64;
-        sums.add(&batch)?;
+        })?)?;
     }
-    Ok((rows, sums.finish()))
+    Ok(tally.finish())
+}
+
+/// Rows and sums of `columns` over batches read back from Parquet, in the order they come:
+/// what [`tally_parquet`] counts, for a caller that reads the batches itself (reconcile
+/// streams an output's sum columns by ranged reads, one row group at a time). The batches
+/// may hold only some of the file's columns, as long as they hold the summed ones.
+pub struct BatchTally {
+    rows: u64,
+    sums: stats::Sums,
+}
+
+impl BatchTally {
+    /// A tally of `columns`, each a summable column of `schema` (the batches' schema).
+    pub fn new(schema: &Schema, columns: &[String]) -> Result<Self, ConvertError> {
+        let types = column_types(schema)?;
+        Ok(Self {
+            rows: 0,
+            sums: stats::Sums::new(schema, &types, columns)?,
+        })
+    }
+
+    /// Count the rows of `batch` and add its values.
+    pub fn add(&mut self, batch: &RecordBatch) -> Result<(), ConvertError> {
+        self.rows += batch.num_rows() as u64;
+        self.sums.add(batch)
+    }
+
+    /// The rows and the sums by column.
+    pub fn finish(self) -> (u64, BTreeMap<String, SumValue>) {
+        (self.rows, self.sums.finish())
+    }
 }
 
 fn decode<R: Read>(

@@ -37,9 +37,26 @@ pub struct ReconcileArgs {
     /// Report only: do not re-drive missing, stale, stuck or orphaned objects.
     #[arg(long)]
     pub no_repair: bool,
+    /// Check every object with the deep tier too: recount the source, read the outputs'
+    /// sum columns back (with --from/--to).
+    #[arg(long, requires = "from", conflicts_with = "sample")]
+    pub deep: bool,
+    /// The deep tier's sample for this run, a fraction in [0, 1] (default: each source's
+    /// reconcile.deep_sample; with --from/--to).
+    #[arg(long, value_name = "F", requires = "from", value_parser = fraction)]
+    pub sample: Option<f64>,
     /// Also write the HTML report to this file.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+}
+
+/// A fraction in [0, 1].
+fn fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        Ok(f) => Err(format!("{f} is not a fraction in [0, 1]")),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn rfc3339(ms: i64) -> String {
@@ -62,6 +79,8 @@ pub async fn reconcile_command(
             "from": rfc3339(parse_time(from, now)?),
             "to": rfc3339(parse_time(to, now)?),
             "repair": !args.no_repair,
+            "deep": args.deep,
+            "sample": args.sample,
         }),
         _ => json!({"detail-type": "Scheduled Event", "source": "tidemark.cli", "detail": {}}),
     };
@@ -103,6 +122,7 @@ pub async fn reconcile_command(
             "SOURCE",
             "WINDOW",
             "OBJECTS",
+            "DEEP",
             "MISSING",
             "STALE",
             "STUCK",
@@ -110,7 +130,8 @@ pub async fn reconcile_command(
             "QUARANTINED",
             "UNCHECKED",
             "MISMATCHES",
-            "ROWS SRC/LEDGER/LAKE",
+            "ROWS LEDGER/LAKE",
+            "DEEP ROWS SRC/LEDGER/LAKE",
         ]);
         for s in &report.sources {
             let n = |k| {
@@ -125,6 +146,7 @@ pub async fn reconcile_command(
                 s.source_id.clone(),
                 format!("{} → {}", when(s.window.from_ms), when(s.window.to_ms)),
                 s.objects.to_string(),
+                s.checked.deep.to_string(),
                 n(K::Missing),
                 n(K::Stale),
                 n(K::Stuck),
@@ -132,9 +154,10 @@ pub async fn reconcile_command(
                 n(K::Quarantined),
                 n(K::Unchecked),
                 s.mismatches.len().to_string(),
+                format!("{}/{}", s.totals.ledger.rows, s.totals.lake.rows),
                 format!(
                     "{}/{}/{}",
-                    s.totals.source.rows, s.totals.ledger.rows, s.totals.lake.rows
+                    s.totals.deep.source.rows, s.totals.deep.ledger.rows, s.totals.deep.lake.rows
                 ),
             ]);
         }
@@ -146,8 +169,9 @@ pub async fn reconcile_command(
             for f in &s.findings {
                 writeln!(
                     out,
-                    "{:?} {} ({}){}",
+                    "{:?} [{}] {} ({}){}",
                     f.kind,
+                    f.tier.as_str(),
                     f.key,
                     f.detail,
                     f.repair
@@ -159,8 +183,13 @@ pub async fn reconcile_command(
             for m in &s.mismatches {
                 writeln!(
                     out,
-                    "{:?} {} {}: expected {}, found {}",
-                    m.kind, m.key, m.measure, m.expected, m.found
+                    "{:?} [{}] {} {}: expected {}, found {}",
+                    m.kind,
+                    m.tier.as_str(),
+                    m.key,
+                    m.measure,
+                    m.expected,
+                    m.found
                 )?;
             }
         }

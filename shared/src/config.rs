@@ -114,6 +114,11 @@ pub struct ReconcileDoc {
     /// closed deeply as well, as an extra entry of the report (default false).
     #[serde(default)]
     pub deep_closed_days: bool,
+    /// A window holding more objects than this is split into parts of this many, checked by
+    /// parallel invocations from the reconcile queue and merged into one report (default
+    /// 5,000; at least 100). Without a reconcile queue, windows are checked whole.
+    #[serde(default = "default_part_objects")]
+    pub part_objects: u64,
 }
 
 fn default_grace() -> u32 {
@@ -128,6 +133,9 @@ fn default_tolerance() -> f64 {
 fn default_deep_sample() -> f64 {
     0.01
 }
+fn default_part_objects() -> u64 {
+    5_000
+}
 
 impl Default for ReconcileDoc {
     fn default() -> Self {
@@ -138,6 +146,7 @@ impl Default for ReconcileDoc {
             float_tolerance: default_tolerance(),
             deep_sample: default_deep_sample(),
             deep_closed_days: false,
+            part_objects: default_part_objects(),
         }
     }
 }
@@ -616,6 +625,15 @@ impl Source {
                 format!("{at}.reconcile.deep_sample"),
                 format!(
                     "{sample} is not a fraction in [0, 1] (0.01 deep-checks 1% of each window)"
+                ),
+            ));
+        }
+        if doc.reconcile.part_objects < 100 {
+            return Err(invalid(
+                format!("{at}.reconcile.part_objects"),
+                format!(
+                    "{} is below 100 (a part is one invocation's share of a window)",
+                    doc.reconcile.part_objects
                 ),
             ));
         }

@@ -241,6 +241,23 @@ pub fn ingest_handler(pipeline: crate::process::Pipeline, concurrency: usize) ->
     })
 }
 
+/// The reconcile function's handler of split windows' parts as the fleet's function, on
+/// `pipeline` (and its configuration).
+pub fn reconcile_handler(pipeline: crate::process::Pipeline) -> Handler {
+    let pipeline = Arc::new(pipeline);
+    Arc::new(move |event, ctx| {
+        let pipeline = pipeline.clone();
+        Box::pin(async move {
+            let config = pipeline.config.clone();
+            let stop_at = ctx.deadline_ms;
+            crate::reconcile::parts::handle_parts(&pipeline, &config, &event, &ctx, stop_at)
+                .await
+                .map(|r| r.to_json())
+                .map_err(|e| e.to_string())
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -80,6 +80,13 @@ pub struct Plan {
     pub slices: u64,
     /// When planning finished (ms since the epoch).
     pub planned_at: Option<i64>,
+    /// A reconciliation split into parts: the run merging the parts' results, and until when
+    /// its claim on the merge holds (ms since the epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merging: Option<(String, i64)>,
+    /// A reconciliation split into parts: the keys of the merged report, once written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merged: Option<Vec<String>>,
 }
 
 /// A bulk job.

@@ -21,6 +21,7 @@
 //! re-checked on demand.
 
 pub mod outputs;
+pub mod parts;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -266,6 +267,33 @@ pub struct SourceReport {
     /// re-exported rows), from its lock record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bookmark: Option<BookmarkCounts>,
+    /// Entries left out of the lists above: a window merged from parts lists at most
+    /// [`parts::MAX_LISTED`] of each; the counts, the metrics and `clean` include them.
+    #[serde(default, skip_serializing_if = "Omitted::is_empty")]
+    pub omitted: Omitted,
+    /// The window was split into parts checked by parallel invocations: this entry only says
+    /// so (`complete` is false); the merged report is written when the last part is checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fan_out: Option<parts::FanOut>,
+}
+
+/// Counts of report entries left out of its lists (see [`SourceReport::omitted`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Omitted {
+    /// Findings, by kind.
+    pub findings: BTreeMap<FindingKind, u64>,
+    /// Mismatches.
+    pub mismatches: u64,
+    /// Keys the deep tier checked.
+    pub deep_checked: u64,
+}
+
+impl Omitted {
+    /// Nothing was left out.
+    pub fn is_empty(&self) -> bool {
+        self.findings.values().all(|n| *n == 0) && self.mismatches == 0 && self.deep_checked == 0
+    }
 }
 
 impl SourceReport {
@@ -275,6 +303,17 @@ impl SourceReport {
             && self.error.is_none()
             && self.findings.is_empty()
             && self.mismatches.is_empty()
+            && self.omitted.is_empty()
+    }
+
+    /// Mismatches, listed or omitted.
+    pub fn mismatch_count(&self) -> usize {
+        self.mismatches.len() + self.omitted.mismatches as usize
+    }
+
+    /// Findings, listed or omitted.
+    pub fn finding_count(&self) -> usize {
+        self.findings.len() + self.omitted.findings.values().sum::<u64>() as usize
     }
 
     /// Every object of the window was checked (some may be wrong): the window may be closed.
@@ -304,11 +343,15 @@ impl SourceReport {
             late_rows: 0,
             rejected_rows: 0,
             bookmark: None,
+            omitted: Omitted::default(),
+            fan_out: None,
         }
     }
 
-    fn count(&self, kind: FindingKind) -> usize {
+    /// Findings of `kind`, listed or omitted.
+    pub fn count(&self, kind: FindingKind) -> usize {
         self.findings.iter().filter(|f| f.kind == kind).count()
+            + self.omitted.findings.get(&kind).copied().unwrap_or(0) as usize
     }
 
     fn repaired(&self) -> usize {
@@ -328,6 +371,40 @@ pub struct Report {
     pub generated_at: i64,
     /// One entry per source and window.
     pub sources: Vec<SourceReport>,
+    /// The backfill jobs of the report's sources that are not finished, or finished in the
+    /// last day: what a backfill did next to what reconcile found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<crate::jobs::JobStatus>,
+}
+
+/// How far back a finished backfill job still shows in a report.
+const JOBS_SHOWN_MS: i64 = 86_400_000;
+/// Jobs looked at for the report (the most recent).
+const JOBS_LOOKED_AT: usize = 20;
+
+impl Report {
+    /// Add the backfill jobs of the report's sources: those not finished, and those finished
+    /// in the last day. A failure to read them costs the report this section only.
+    pub async fn add_jobs(&mut self, p: &Pipeline) {
+        let sources: BTreeSet<&str> = self.sources.iter().map(|s| s.source_id.as_str()).collect();
+        let since = self.generated_at - JOBS_SHOWN_MS;
+        match p.ledger.list_jobs(JOBS_LOOKED_AT).await {
+            Ok(jobs) => {
+                self.jobs = jobs
+                    .into_iter()
+                    .filter(|(j, _)| {
+                        j.kind == crate::jobs::JobKind::Backfill
+                            && sources.contains(j.source_id.as_str())
+                    })
+                    .map(|(j, c)| crate::jobs::JobStatus::of(j, c))
+                    .filter(|s| s.finished_at.is_none_or(|t| t >= since))
+                    .collect();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the backfill jobs could not be read for the report")
+            }
+        }
+    }
 }
 
 /// Options of a reconciliation.
@@ -641,7 +718,10 @@ pub async fn reconcile_source(
     let mut last_key: Option<String> = None;
     // The cheap tier's reads run ahead of the checks, a few objects at a time, in key order.
     let now = check.now;
-    let mut reads = futures::stream::iter(&objects)
+    // (The futures are made up front: a stream holding a closure would not be `Send` for
+    // all lifetimes, and the fleet spawns this future.)
+    let reads: Vec<_> = objects
+        .iter()
         .map(|(key, object)| {
             let record = records.get(key);
             async move {
@@ -657,7 +737,8 @@ pub async fn reconcile_source(
                 (key, object, read)
             }
         })
-        .buffered(READ_AHEAD);
+        .collect();
+    let mut reads = futures::stream::iter(reads).buffered(READ_AHEAD);
     let mut n = 0u64;
     while let Some((key, object, read)) = reads.next().await {
         if p.clock.now_ms() >= opts.stop_at_ms || opts.max_objects.is_some_and(|m| n >= m) {
@@ -730,6 +811,8 @@ pub async fn reconcile_source(
         late_rows: check.late_rows,
         rejected_rows: check.rejected_rows,
         bookmark,
+        omitted: Omitted::default(),
+        fan_out: None,
     })
 }
 
@@ -1246,6 +1329,10 @@ pub struct WindowState {
     /// oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub closed_days: Vec<(Window, Option<String>)>,
+    /// A window split into parts ([`parts`]) and the job checking them: closed (or left
+    /// open) by the merge of its parts; no later window is started meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fanned: Option<(Window, String)>,
 }
 
 fn state_key(reports: &ReportsDoc, source_id: &str) -> String {
@@ -1375,7 +1462,7 @@ impl Report {
                     "Orphaned": s.count(FindingKind::Orphaned),
                     "Quarantined": s.count(FindingKind::Quarantined),
                     "Unchecked": s.count(FindingKind::Unchecked) + usize::from(s.error.is_some()),
-                    "Mismatches": s.mismatches.len(),
+                    "Mismatches": s.mismatch_count(),
                     "Repaired": s.repaired(),
                     "LagSeconds": s.lag_ms / 1000,
                     "LateRows": s.late_rows,
@@ -1417,7 +1504,7 @@ impl Report {
                 let n: usize = self
                     .sources
                     .iter()
-                    .map(|s| s.findings.len() + s.mismatches.len())
+                    .map(|s| s.finding_count() + s.mismatch_count())
                     .sum();
                 format!("<span class=\"bad\">{n} problem(s)</span>")
             }
@@ -1444,7 +1531,15 @@ impl Report {
                     .map(|p| format!("<code>{}</code>", esc(p)))
                     .collect::<Vec<_>>()
                     .join(", "),
-                if let Some(e) = &s.error {
+                if let Some(f) = &s.fan_out {
+                    format!(
+                        " — <b>split into {} part(s)</b>{} (job <code>{}</code>): they are checked \
+                         in parallel, and the merged report is written when the last one is",
+                        f.parts,
+                        if f.planned { "" } else { " so far" },
+                        esc(&f.job)
+                    )
+                } else if let Some(e) = &s.error {
                     format!(" — <b>not reconciled</b>: {}", esc(e))
                 } else if s.complete {
                     String::new()
@@ -1494,7 +1589,7 @@ impl Report {
                 s.count(FindingKind::Quarantined),
                 s.count(FindingKind::Orphaned),
                 s.count(FindingKind::Unchecked),
-                s.mismatches.len(),
+                s.mismatch_count(),
                 s.repaired(),
             ] {
                 h.push_str(&format!("<td>{n}</td>"));
@@ -1583,6 +1678,16 @@ impl Report {
                 }
                 h.push_str("</table>");
             }
+            if !s.omitted.is_empty() {
+                h.push_str(&format!(
+                    "<p>not listed (the lists keep {} of each): {} finding(s), {} mismatch(es), \
+                     {} deep-checked key(s); the counts above include them</p>",
+                    parts::MAX_LISTED,
+                    s.omitted.findings.values().sum::<u64>(),
+                    s.omitted.mismatches,
+                    s.omitted.deep_checked
+                ));
+            }
             if !s.mismatches.is_empty() {
                 h.push_str("<table><tr><th class=\"k\">mismatch</th><th class=\"k\">tier</th><th class=\"k\">key</th><th class=\"k\">measure</th><th>expected</th><th>found</th></tr>");
                 for m in &s.mismatches {
@@ -1598,6 +1703,26 @@ impl Report {
                 }
                 h.push_str("</table>");
             }
+        }
+        if !self.jobs.is_empty() {
+            h.push_str("<h2>backfill jobs</h2><table><tr><th class=\"k\">job</th><th class=\"k\">source</th><th class=\"k\">state</th><th>enqueued</th><th>processed</th><th>duplicate</th><th>skipped</th><th>quarantined</th><th>failed attempts</th><th>outstanding</th><th>rows</th></tr>");
+            for j in &self.jobs {
+                h.push_str(&format!(
+                    "<tr><td class=\"k\">{}</td><td class=\"k\">{}</td><td class=\"k\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(&j.job.id),
+                    esc(&j.job.source_id),
+                    j.state.as_str(),
+                    j.job.plan.enqueued,
+                    j.counts.processed,
+                    j.counts.duplicate,
+                    j.counts.skipped,
+                    j.counts.quarantined,
+                    j.counts.failures,
+                    j.outstanding,
+                    j.counts.rows
+                ));
+            }
+            h.push_str("</table>");
         }
         h.push_str("</body></html>");
         h
@@ -1687,12 +1812,29 @@ pub async fn handle(
     ctx: &RunContext,
     stop_at_ms: i64,
 ) -> std::result::Result<(Report, Vec<String>), InvocationError> {
+    handle_with(p, config, payload, ctx, stop_at_ms, None).await
+}
+
+/// [`handle`], splitting a window with more objects than `reconcile.part_objects` into
+/// parts sent to `queue` (see [`parts`]) when one is given and the configuration has a
+/// reports location; such a window's entry says so, and its merged report is written when
+/// its last part is checked.
+pub async fn handle_with(
+    p: &Pipeline,
+    config: &crate::config::Config,
+    payload: &serde_json::Value,
+    ctx: &RunContext,
+    stop_at_ms: i64,
+    queue: Option<&dyn crate::ports::WorkQueue>,
+) -> std::result::Result<(Report, Vec<String>), InvocationError> {
+    let queue = queue.filter(|_| config.reports.is_some());
     let now = p.clock.now_ms();
     let scheduled = payload.get("detail-type").and_then(|v| v.as_str()) == Some("Scheduled Event");
     let mut report = Report {
         run_id: ctx.run_id.clone(),
         generated_at: now,
         sources: Vec::new(),
+        jobs: Vec::new(),
     };
     let opts = Options {
         stop_at_ms,
@@ -1706,7 +1848,22 @@ pub async fn handle(
             .filter(|s| s.doc.mode == crate::config::Mode::Enable)
         {
             let (mut state, etag) = load_state(p, reports, source.id()).await?;
-            let moved = scheduled_window(p, source, &mut state, &opts, ctx, &mut report).await;
+            let moved = match queue {
+                Some(queue) => {
+                    split_window(
+                        p,
+                        config,
+                        queue,
+                        source,
+                        &mut state,
+                        &opts,
+                        ctx,
+                        &mut report,
+                    )
+                    .await
+                }
+                _ => scheduled_window(p, source, &mut state, &opts, ctx, &mut report).await,
+            };
             let days = closed_day_checks(p, source, &mut state, &opts, ctx, &mut report).await;
             if moved || days {
                 save_state(p, reports, source.id(), &state, etag).await?;
@@ -1738,17 +1895,112 @@ pub async fn handle(
             ..opts.clone()
         };
         for source in sources {
+            if let Some(queue) = queue {
+                match parts::fan_out(p, queue, source, window, &opts, false).await {
+                    Ok(Some(fan_out)) => {
+                        report
+                            .sources
+                            .push(parts::split_entry(source, window, fan_out));
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        report
+                            .sources
+                            .push(SourceReport::failed(source, window, e.to_string()));
+                        continue;
+                    }
+                }
+            }
             let r = reconcile_source(p, source, window, opts.clone(), ctx)
                 .await
                 .unwrap_or_else(|e| SourceReport::failed(source, window, e.to_string()));
             report.sources.push(r);
         }
     }
+    report.add_jobs(p).await;
     let keys = match &config.reports {
         Some(reports) if !report.sources.is_empty() => report.write(p, reports).await?,
         _ => Vec::new(),
     };
     Ok((report, keys))
+}
+
+/// A scheduled run's window of `source` when windows may be split: a split window in flight
+/// is looked after (its listing resumed, or its merge done if its merger died; else left to
+/// its parts), and a new window is split if it is large, checked whole if not. Returns
+/// whether `state` moved.
+#[allow(clippy::too_many_arguments)]
+async fn split_window(
+    p: &Pipeline,
+    config: &crate::config::Config,
+    queue: &dyn crate::ports::WorkQueue,
+    source: &Source,
+    state: &mut WindowState,
+    opts: &Options,
+    ctx: &RunContext,
+    report: &mut Report,
+) -> bool {
+    if let Some((window, job)) = state.fanned.clone() {
+        let status = match parts::resume(p, queue, config, &job, opts.stop_at_ms).await {
+            Ok(fan_out) => fan_out,
+            Err(e) => {
+                report
+                    .sources
+                    .push(SourceReport::failed(source, window, e.to_string()));
+                return false;
+            }
+        };
+        // Every part checked and nobody merged (a merger that died): merge now. The merge
+        // closes the window and saves the state itself.
+        match parts::merge_if_done(p, config, &job, ctx).await {
+            Ok(Some((merged, _))) => report.sources.extend(merged.sources),
+            Ok(None) => report
+                .sources
+                .push(parts::split_entry(source, window, status)),
+            Err(e) => report
+                .sources
+                .push(SourceReport::failed(source, window, e.to_string())),
+        }
+        return false;
+    }
+    let Some(window) = next_window(p, source, state) else {
+        return false;
+    };
+    if state.partial.is_some() {
+        // A window checked whole that a run stopped inside goes on whole.
+        return scheduled_window(p, source, state, opts, ctx, report).await;
+    }
+    match parts::fan_out(p, queue, source, window, opts, true).await {
+        Ok(Some(fan_out)) => {
+            state.fanned = Some((window, fan_out.job.clone()));
+            report
+                .sources
+                .push(parts::split_entry(source, window, fan_out));
+            true
+        }
+        Ok(None) => scheduled_window(p, source, state, opts, ctx, report).await,
+        Err(e) => {
+            report
+                .sources
+                .push(SourceReport::failed(source, window, e.to_string()));
+            false
+        }
+    }
+}
+
+/// The next window a scheduled run of `source` closes: after the last closed one, up to
+/// `now − grace`, at most `max_window_minutes` long; `None` when it would be empty.
+fn next_window(p: &Pipeline, source: &Source, state: &WindowState) -> Option<Window> {
+    let rc = &source.doc.reconcile;
+    let max_window = i64::from(rc.max_window_minutes) * 60_000;
+    let to_limit = p.clock.now_ms() - i64::from(rc.grace_minutes) * 60_000;
+    let from = state.closed_through_ms.unwrap_or(to_limit - max_window);
+    let to = to_limit.min(from + max_window);
+    (to > from).then_some(Window {
+        from_ms: from,
+        to_ms: to,
+    })
 }
 
 /// A scheduled run's window of `source`: the one the last run stopped inside, or the next
@@ -1765,22 +2017,10 @@ async fn scheduled_window(
     let (window, start_after) = match state.partial.take() {
         // Resume the window the last run stopped inside.
         Some((window, after)) => (window, Some(after)),
-        None => {
-            let max_window = i64::from(rc.max_window_minutes) * 60_000;
-            let to_limit = p.clock.now_ms() - i64::from(rc.grace_minutes) * 60_000;
-            let from = state.closed_through_ms.unwrap_or(to_limit - max_window);
-            let to = to_limit.min(from + max_window);
-            if to <= from {
-                return false;
-            }
-            (
-                Window {
-                    from_ms: from,
-                    to_ms: to,
-                },
-                None,
-            )
-        }
+        None => match next_window(p, source, state) {
+            Some(window) => (window, None),
+            None => return false,
+        },
     };
     let opts = Options {
         start_after: start_after.clone(),

@@ -194,6 +194,7 @@ async fn reconcile_report(b: &Backends, p: &Pipeline, source: &str) -> Report {
         run_id: "reconcile".into(),
         generated_at: b.clock.now_ms(),
         sources: vec![r],
+        jobs: Vec::new(),
     }
 }
 

@@ -1044,6 +1044,7 @@ async fn backfill_is_one_command_on_the_embedded_backends_and_its_job_can_be_wat
     assert!(one.contains(&id) && one.contains("3 call(s)"), "{one}");
 
     // Everything done: the next backfill enqueues only the quarantined object again.
+    env.clock.advance(1_000); // jobs are listed newest first
     let (code, out) = env
         .cli(&["backfill", "--source", "orders", "--visibility", "1"])
         .await;
@@ -1073,6 +1074,7 @@ async fn backfill_is_one_command_on_the_embedded_backends_and_its_job_can_be_wat
     assert_eq!(all.as_array().unwrap().len(), 2);
 
     // Planned only (--no-wait), then resumed: the messages wait in the local queue.
+    env.clock.advance(1_000);
     let (code, out) = env
         .cli(&["backfill", "--source", "orders", "--no-wait"])
         .await;

@@ -1016,6 +1016,7 @@ async fn bad_rows_go_to_the_rejects_file_under_policy_reject(b: Backends) {
         run_id: "rec".into(),
         generated_at: 0,
         sources: vec![report],
+        jobs: Vec::new(),
     };
     let metrics = all.metric_lines().join("\n");
     assert!(metrics.contains("\"RejectedRows\":2"), "{metrics}");

@@ -263,6 +263,7 @@ async fn hand_edits_are_each_reported_as_their_own_kind_with_exact_numbers(b: Ba
         run_id: "r".into(),
         generated_at: b.clock.now_ms(),
         sources: vec![r],
+        jobs: Vec::new(),
     };
     let html = report.to_html();
     assert!(html.contains("in/2026/11/02.csv") && html.contains(&amount(&altered)));
@@ -716,6 +717,7 @@ async fn an_output_replaced_with_the_same_row_count_is_caught_by_both_tiers(b: B
         run_id: "r".into(),
         generated_at: b.clock.now_ms(),
         sources: vec![r],
+        jobs: Vec::new(),
     };
     let json = serde_json::to_value(&report).unwrap();
     let entry = &json["sources"][0];

@@ -1,10 +1,12 @@
-//! One invocation: reconcile, print the metric lines, answer with a summary.
+//! One invocation: reconcile (or check parts of a split window taken from the reconcile
+//! queue), print the metric lines, answer with a summary (or a partial batch response).
 
 use lambda_runtime::{Diagnostic, LambdaEvent};
 use serde_json::{Value, json};
 use tidemark::config::Config;
+use tidemark::ports::WorkQueue;
 use tidemark::process::{Pipeline, RunContext};
-use tidemark::reconcile::{self, InvocationError};
+use tidemark::reconcile::{self, InvocationError, parts};
 
 /// Stop taking new objects this long before the deadline, ms.
 const SAFETY_MS: i64 = 30_000;
@@ -27,19 +29,46 @@ impl From<HandlerError> for Diagnostic {
     }
 }
 
+/// What the function runs on.
+pub(crate) struct Deps {
+    pub pipeline: Pipeline,
+    pub config: std::sync::Arc<Config>,
+    /// The reconcile queue (`TIDEMARK_RECONCILE_QUEUE_URL`): large windows are split into
+    /// parts sent to it, and this function's event source mapping brings them back. `None`:
+    /// every window is checked whole.
+    pub queue: Option<std::sync::Arc<dyn WorkQueue>>,
+}
+
 pub(crate) async fn function_handler(
-    pipeline: &Pipeline,
-    config: &Config,
+    deps: &Deps,
     event: LambdaEvent<Value>,
 ) -> Result<Value, HandlerError> {
+    let (pipeline, config) = (&deps.pipeline, &*deps.config);
     let deadline_ms = i64::try_from(event.context.deadline).unwrap_or(i64::MAX / 2);
     let ctx = RunContext::new(event.context.request_id.clone(), deadline_ms);
-    let (report, keys) = reconcile::handle(
+    if parts::is_sqs(&event.payload) {
+        let response = parts::handle_parts(
+            pipeline,
+            config,
+            &event.payload,
+            &ctx,
+            deadline_ms - SAFETY_MS,
+        )
+        .await?;
+        for (report, _) in &response.merged {
+            for line in report.metric_lines() {
+                println!("{line}");
+            }
+        }
+        return Ok(response.to_json());
+    }
+    let (report, keys) = reconcile::handle_with(
         pipeline,
         config,
         &event.payload,
         &ctx,
         deadline_ms - SAFETY_MS,
+        deps.queue.as_deref(),
     )
     .await?;
     for line in report.metric_lines() {
@@ -53,10 +82,11 @@ pub(crate) async fn function_handler(
             "source_id": s.source_id,
             "window": s.window,
             "objects": s.objects,
-            "deep_checked": s.checked.deep,
-            "findings": s.findings.len(),
-            "mismatches": s.mismatches.len(),
+            "checked": s.checked,
+            "findings": s.finding_count(),
+            "mismatches": s.mismatch_count(),
             "complete": s.complete,
+            "split": s.fan_out,
             "error": s.error,
         })).collect::<Vec<_>>(),
     }))
@@ -83,22 +113,26 @@ mod tests {
         let p = embedded_pipeline(dir.path()).await;
         let config = p.config.clone();
         land(&p, "in/lost.csv", "id,amount\n1,1.00\n2,2.00\n", "01").await;
+        let d = Deps {
+            pipeline: p.clone(),
+            config,
+            queue: None,
+        };
         let payload = json!({"from": "2000-01-01T00:00:00Z", "to": "2100-01-01T00:00:00Z"});
-        let first = function_handler(&p, &config, LambdaEvent::new(payload.clone(), ctx()))
+        let first = function_handler(&d, LambdaEvent::new(payload.clone(), ctx()))
             .await
             .unwrap();
         assert_eq!(first["clean"], false);
         assert_eq!(first["sources"][0]["findings"], 1);
         assert_eq!(first["reports"].as_array().unwrap().len(), 2, "json + html");
-        let second = function_handler(&p, &config, LambdaEvent::new(payload, ctx()))
+        let second = function_handler(&d, LambdaEvent::new(payload, ctx()))
             .await
             .unwrap();
         assert_eq!(second["clean"], true, "{second}");
 
         // Out of time before the first object: incomplete, never reported clean.
         let late = function_handler(
-            &p,
-            &config,
+            &d,
             LambdaEvent::new(
                 json!({"from": "2000-01-01T00:00:00Z", "to": "2100-01-01T00:00:00Z"}),
                 Context::default(),
@@ -115,8 +149,7 @@ mod tests {
         );
 
         let err = function_handler(
-            &p,
-            &config,
+            &d,
             LambdaEvent::new(
                 json!({"from": "x", "to": "y", "extra": 1}),
                 Context::default(),
@@ -125,5 +158,16 @@ mod tests {
         .await
         .unwrap_err();
         assert_eq!(Diagnostic::from(err).error_type, "Permanent");
+
+        // A part that is no part comes back (and, after its receives, goes to the DLQ).
+        let sqs = json!({"Records": [{"messageId": "m1", "receiptHandle": "h", "body": "{}",
+                                      "eventSource": "aws:sqs"}]});
+        let answer = function_handler(&d, LambdaEvent::new(sqs, ctx()))
+            .await
+            .unwrap();
+        assert_eq!(
+            answer["batchItemFailures"],
+            json!([{"itemIdentifier": "m1"}])
+        );
     }
 }

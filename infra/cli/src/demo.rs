@@ -497,6 +497,7 @@ pub async fn demo(dir: Option<PathBuf>, out: Out<'_>) -> Result<ExitCode, Error>
         run_id: "demo".into(),
         generated_at: now,
         sources: Vec::new(),
+        jobs: Vec::new(),
     };
     for source in &backend.config().sources {
         // Every object through the deep tier: the source recounted, the sums read back.
@@ -523,8 +524,8 @@ pub async fn demo(dir: Option<PathBuf>, out: Out<'_>) -> Result<ExitCode, Error>
             s.source_id,
             s.objects,
             s.checked.deep,
-            s.findings.len(),
-            s.mismatches.len(),
+            s.finding_count(),
+            s.mismatch_count(),
             s.totals.deep.source.rows,
             s.totals.deep.ledger.rows,
             s.totals.deep.lake.rows

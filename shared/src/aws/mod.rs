@@ -95,6 +95,11 @@ pub const ENV_TABLE: &str = "TIDEMARK_TABLE";
 /// function sends to it, the ingest function's event source mapping takes from it.
 pub const ENV_BACKFILL_QUEUE: &str = "TIDEMARK_BACKFILL_QUEUE_URL";
 
+/// The environment variable naming the reconcile queue (its URL): the reconcile function
+/// sends the parts of a window too large for one invocation to it, and its event source
+/// mapping brings them back. Optional: without it every window is checked whole.
+pub const ENV_RECONCILE_QUEUE: &str = "TIDEMARK_RECONCILE_QUEUE_URL";
+
 /// The queue named by the environment variable `var` (a URL), with a client from the standard
 /// AWS environment (`AWS_ENDPOINT_URL_SQS` and the like).
 pub async fn queue_from_env(var: &str) -> Result<sqs::SqsQueue, crate::config::ConfigError> {

@@ -43,6 +43,7 @@ FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction")
 #                    parameter is set (CONDITIONAL_KINDS)
 #   table / index    the ledger table / its by_source index
 #   work_queue       the queue named by the function's TIDEMARK_BACKFILL_QUEUE_URL
+#   reconcile_queue  the queue named by the function's TIDEMARK_RECONCILE_QUEUE_URL
 #   self             the function itself
 # ---------------------------------------------------------------------------------------------
 PIPELINE_CALLS = {
@@ -69,11 +70,21 @@ SDK_CALLS = {
     },
     "ReconcileFunction": PIPELINE_CALLS
     | {
-        # shared/src/reconcile.rs, shared/src/reconcile/
-        ("s3", "ListObjectsV2", "landing"),  # the window's prefixes
-        ("s3", "GetObject", "lake"),  # outputs' footers and sum columns (ranged); the window state
-        ("s3", "PutObject", "lake"),  # reports (JSON, HTML); the window state (If-Match)
-        ("dynamodb", "Query", "index"),  # Ledger::list_range: by_source, bounded on the key
+        # shared/src/reconcile.rs, shared/src/reconcile/ (parts.rs, outputs.rs)
+        ("s3", "ListObjectsV2", "landing"),  # the window's prefixes; a split window's keys, once
+        # outputs' footers and sum columns (ranged); the window state; a part's result (merge)
+        ("s3", "GetObject", "lake"),
+        # reports (JSON, HTML; a split window's merged report); the window state (If-Match);
+        # a part's result, <reports prefix>_runs/<job>/part-NNNNNN.json (If-None-Match)
+        ("s3", "PutObject", "lake"),
+        # Ledger::list_range: by_source, bounded on the key; list_jobs: the jobs (~jobs shards)
+        ("dynamodb", "Query", "index"),
+        # A split window's job (ledger table, like the backfill jobs): create_job / replace_job
+        # are PutItem (PIPELINE_CALLS), get_job a GetItem and then, like list_jobs, the 16
+        # counter items with BatchGetItem; finish_message counts a checked part.
+        ("dynamodb", "BatchGetItem", "table"),
+        ("dynamodb", "TransactWriteItems", "table"),  # finish_message: mark (Put) + counter (Update)
+        ("sqs", "SendMessageBatch", "reconcile_queue"),  # queue.send: the parts, one a message
     },
     # The planner only: it lists and enqueues, and never runs the per-object path.
     "BackfillFunction": {
@@ -144,12 +155,12 @@ LEDGER_METHODS = {
     "create_job": ("PutItem",),
     "replace_job": ("PutItem",),
     "get_job": ("GetItem", "BatchGetItem"),  # the job record, then its 16 counter items
-    "list_jobs": ("Query", "BatchGetItem"),  # index by_source (~jobs), then counters (CLI)
+    "list_jobs": ("Query", "BatchGetItem"),  # index by_source (~jobs), then counters (CLI, reports)
     "finish_message": ("TransactWriteItems",),  # mark (Put) + counter shard (Update, ADD)
     "add_failures": ("UpdateItem",),  # a counter shard, ADD
 }
 QUEUE_METHODS = {
-    "send": ("SendMessageBatch",),  # 10 entries a request
+    "send": ("SendMessageBatch",),  # 10 entries a request (a reconcile part: one)
     "receive": ("ReceiveMessage",),  # the local fleet and the CLI only
     "delete": ("DeleteMessage",),  # the local fleet and the CLI only
     "depth": ("GetQueueAttributes",),  # the CLI only
@@ -158,6 +169,15 @@ PORTS = {  # the name a port goes by in the code -> (service, its method table, 
     "store": ("s3", STORE_METHODS, "shared/src/aws/s3.rs"),
     "ledger": ("dynamodb", LEDGER_METHODS, "shared/src/aws/dynamodb.rs"),
     "queue": ("sqs", QUEUE_METHODS, "shared/src/aws/sqs.rs"),
+}
+# Methods called on a variable named like a port that are not the port's: the reconcile
+# queue is an Option (`deps.queue.as_deref()` in functions/reconcile/src/handler.rs;
+# `queue.filter(|_| config.reports.is_some())` in reconcile.rs handle_with: no split without
+# a reports location). Skipped by the derivation; no port trait may declare a method of
+# these names (checked), so no port call can hide behind them.
+WRAPPER_METHODS = {
+    "as_deref": "Option<Arc<dyn WorkQueue>> -> Option<&dyn WorkQueue>",
+    "filter": "Option::filter",
 }
 # SDK calls of the DynamoDB adapter that no Lambda makes: DynamoLedger::ensure_table, for the
 # local stack and first-time setup from the CLI.
@@ -213,6 +233,14 @@ ANSWERS_404 = {"HeadObject", "GetObject"}
 CONDITIONAL_KINDS = {"inventory": "ReadInventory"}
 # The environment variable naming the work queue (shared/src/aws/mod.rs ENV_BACKFILL_QUEUE).
 WORK_QUEUE_ENV = "TIDEMARK_BACKFILL_QUEUE_URL"
+# The environment variable naming the reconcile queue (shared/src/aws/mod.rs ENV_RECONCILE_QUEUE).
+RECONCILE_QUEUE_ENV = "TIDEMARK_RECONCILE_QUEUE_URL"
+# Queue resource kinds -> (the Rust constant, the variable it names): a function's sends go
+# to the queue its own environment names.
+QUEUE_KINDS = {
+    "work_queue": ("ENV_BACKFILL_QUEUE", WORK_QUEUE_ENV),
+    "reconcile_queue": ("ENV_RECONCILE_QUEUE", RECONCILE_QUEUE_ENV),
+}
 
 KMS_ACTIONS = {
     # the encrypted environment (KmsKeyArn), SQS receive, ledger reads
@@ -271,7 +299,8 @@ WILDCARD_EXCEPTIONS = {
 # ---------------------------------------------------------------------------------------------
 ENV = {
     "IngestFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_CONCURRENCY", "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT"},
-    "ReconcileFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT"},
+    "ReconcileFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_RECONCILE_QUEUE_URL", "RUST_LOG",
+                          "AWS_LAMBDA_LOG_FORMAT"},
     "BackfillFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_BACKFILL_QUEUE_URL", "RUST_LOG",
                          "AWS_LAMBDA_LOG_FORMAT"},
 }
@@ -451,6 +480,8 @@ def code_calls(fn: str) -> set[tuple[str, str]]:
     unknown = []
     for port, method in re.findall(r"\b(store|ledger|queue)\.(\w+)\(", text):
         service, table, _ = PORTS[port]
+        if method in WRAPPER_METHODS:
+            continue
         if method not in table:
             unknown.append(f"{port}.{method}(")
             continue
@@ -521,9 +552,10 @@ def resource_arn(kind: str, fn: str) -> str:
         return "<LedgerTable>/index/by_source"
     if kind == "inventory":
         return "arn:aws:s3:::<InventoryBucketName>/*"
-    if kind == "work_queue":
-        url = function_env(fn).get(WORK_QUEUE_ENV)
-        assert url is not None, f"{fn} sends work items but its environment has no {WORK_QUEUE_ENV}"
+    if kind in QUEUE_KINDS:
+        var = QUEUE_KINDS[kind][1]
+        url = function_env(fn).get(var)
+        assert url is not None, f"{fn} sends to its {kind} but its environment has no {var}"
         return render(url)
     if kind == "self":
         name = render(resources()[fn]["Properties"].get("FunctionName", "<no FunctionName>"))
@@ -628,6 +660,10 @@ def test_the_adapters_make_only_known_sdk_calls():
             elif per_method[method] != set(ops):
                 failures.append(f"{name}[{method!r}] = {sorted(ops)}, but {path} fn {method} sends "
                                 f"{sorted(per_method[method])}")
+    # Methods the derivation skips as the Option's, not the port's: no port declares them.
+    port_fns = set(re.findall(r"\bfn (\w+)\s*[<(]", rust_text("shared/src/ports.rs")))
+    failures += [f"shared/src/ports.rs declares fn {m}: `queue.{m}(` may be a port call, take it out of "
+                 f"WRAPPER_METHODS" for m in sorted(set(WRAPPER_METHODS) & port_fns)]
     # The actions of the transactions the DynamoDB adapter builds are what IAM checks.
     kinds = set(re.findall(r"TransactWriteItem::builder\(\)\.(\w+)\(", rust_text("shared/src/aws/dynamodb.rs")))
     unknown = kinds - set(TRANSACT_ITEM_ACTION)
@@ -933,6 +969,52 @@ def test_work_queue_is_the_one_the_ingest_function_consumes():
           "responses and its own concurrency cap", failures)
 
 
+def test_reconcile_queue_is_the_one_the_reconcile_function_consumes():
+    """The reconcile function sends the parts of a split window to the queue of its
+    TIDEMARK_RECONCILE_QUEUE_URL and takes them back from that queue itself (functions/reconcile
+    answers an SQS batch with batchItemFailures): one part an invocation, partial batch
+    responses, a concurrency cap of its own; no other function consumes it or is told its URL."""
+    failures = []
+    consts = dict(re.findall(r'pub const (\w+): &str = "([^"]+)";', rust_text("shared/src/aws/mod.rs")))
+    for kind, (const, var) in QUEUE_KINDS.items():
+        if consts.get(const) != var:
+            failures.append(f"shared/src/aws/mod.rs {const} is {consts.get(const)!r}, the test's {kind} reads {var}")
+    url = function_env("ReconcileFunction").get(RECONCILE_QUEUE_ENV)
+    queue = render(url) if url is not None else None
+    if queue is None or queue.strip("<>") not in resources("AWS::SQS::Queue"):
+        failures.append(f"ReconcileFunction's {RECONCILE_QUEUE_ENV} is {queue}, not a queue of the template")
+    consumers, caps = {}, {}
+    for fn, f in resources("AWS::Serverless::Function").items():
+        if fn != "ReconcileFunction" and RECONCILE_QUEUE_ENV in function_env(fn):
+            failures.append(f"{fn} is given {RECONCILE_QUEUE_ENV}: only the reconcile function splits windows")
+        for name, ev in (f["Properties"].get("Events") or {}).items():
+            if ev["Type"] != "SQS":
+                continue
+            consumers.setdefault(render(ev["Properties"]["Queue"]), []).append((fn, name))
+            cap = ((ev["Properties"].get("ScalingConfig") or {}).get("MaximumConcurrency") or {})
+            caps.setdefault(cap.get("Ref") if isinstance(cap, dict) else None, []).append(f"{fn}.{name}")
+    mine = consumers.get(queue, [])
+    if [fn for fn, _ in mine] != ["ReconcileFunction"]:
+        failures.append(f"{queue} is consumed by {[f'{fn}.{n}' for fn, n in mine]}, not by the reconcile function alone")
+    else:
+        fn, name = mine[0]
+        p = resources()[fn]["Properties"]["Events"][name]["Properties"]
+        # A part is one invocation's share (reconcile.part_objects): a batch of parts would
+        # share one deadline, and the later parts would run out of time.
+        if p.get("BatchSize") != 1:
+            failures.append(f"{fn}.{name}: BatchSize {p.get('BatchSize')}, not 1 (one part an invocation)")
+        if p.get("FunctionResponseTypes") != ["ReportBatchItemFailures"]:
+            failures.append(f"{fn}.{name}: FunctionResponseTypes is not [ReportBatchItemFailures]")
+        cap = ((p.get("ScalingConfig") or {}).get("MaximumConcurrency") or {})
+        ref = cap.get("Ref") if isinstance(cap, dict) else None
+        if ref is None or ref not in template()["Parameters"]:
+            failures.append(f"{fn}.{name}: ScalingConfig.MaximumConcurrency is not a parameter")
+        elif caps.get(ref) != [f"{fn}.{name}"]:
+            failures.append(f"{ref} caps {caps.get(ref)}: the reconcile queue's source needs a cap of its own")
+    check("the parts of split windows go to a queue the reconcile function alone consumes, one part an "
+          "invocation, with partial batch responses and its own concurrency cap", failures)
+
+
 def rust_int(expr: str) -> int:
     """A Rust integer constant expression of literals, `*` and `+` (e.g. `30 * 24 * 3600`)."""
     assert re.fullmatch(r"[\d_\s*+()]+", expr), f"cannot evaluate {expr!r}"
@@ -1098,8 +1180,9 @@ def render_tree(x) -> str:
 
 
 def env_reads(fn: str) -> set[str]:
-    """Variables the function's code reads with std::env (directly or through a constant), or
-    through a helper that takes the variable's name (aws::queue_from_env)."""
+    """Variables the function's code reads with std::env (`env::var` / `env::var_os`, given a
+    literal or a constant, path-qualified or not: `std::env::var_os(tidemark::aws::ENV_X)`), or
+    through a helper that takes the variable's name (`aws::queue_from_env(ENV_X)`)."""
     text = rust_text("shared/src", FUNCTION_CODE[fn][0])
     consts = dict(re.findall(r'const (\w+): &str = "([A-Z][A-Z0-9_]*)";', text))
     readers = r"(?:env::var(?:_os)?|queue_from_env)"

@@ -1869,6 +1869,11 @@ pub async fn handle_with(
                 save_state(p, reports, source.id(), &state, etag).await?;
             }
         }
+        if let Some(queue) = queue {
+            report
+                .sources
+                .extend(parts::tend(p, queue, config, ctx, stop_at_ms).await);
+        }
     } else {
         let req: ManualRequest = serde_json::from_value(payload.clone())
             .map_err(|e| InvocationError::Payload(e.to_string()))?;
@@ -1941,6 +1946,18 @@ async fn split_window(
     ctx: &RunContext,
     report: &mut Report,
 ) -> bool {
+    // A split that has not finished in a day (a part lost, e.g. deleted from the DLQ) is
+    // abandoned: its window is split again, afresh, below.
+    let mut abandoned = None;
+    if let Some((window, job)) = &state.fanned
+        && let Ok(Some((j, _))) = p.ledger.get_job(job).await
+        && j.plan.merged.is_none()
+        && p.clock.now_ms() - j.started_at > parts::ABANDON_AFTER_MS
+    {
+        tracing::warn!(source_id = source.id(), job = %job, "a split window unfinished for a day is split again");
+        abandoned = Some(*window);
+        state.fanned = None;
+    }
     if let Some((window, job)) = state.fanned.clone() {
         let status = match parts::resume(p, queue, config, &job, opts.stop_at_ms).await {
             Ok(fan_out) => fan_out,
@@ -1964,7 +1981,7 @@ async fn split_window(
         }
         return false;
     }
-    let Some(window) = next_window(p, source, state) else {
+    let Some(window) = abandoned.or_else(|| next_window(p, source, state)) else {
         return false;
     };
     if state.partial.is_some() {

@@ -1106,3 +1106,55 @@ async fn backfill_is_one_command_on_the_embedded_backends_and_its_job_can_be_wat
             .any(|e| e.command == "backfill" && e.args["job"] == json!(id))
     );
 }
+
+#[tokio::test]
+async fn reconcile_splits_a_large_window_and_prints_the_merged_report() {
+    let env = Env::with(
+        3,
+        json!({"reconcile": {"grace_minutes": 0, "part_objects": 100}}),
+    )
+    .await;
+    // The reports location the split needs.
+    let path = env.dir.path().join("sources.json");
+    let mut doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    doc["reports"] = json!({"bucket": LAKE, "prefix": "reports/"});
+    std::fs::write(&path, doc.to_string()).unwrap();
+    for i in 0..230 {
+        let (csv, _) = orders_csv(i * 10, 2);
+        env.upload(&format!("in/2024/03/01/o-{i:04}.csv"), &csv)
+            .await;
+    }
+    // Opening the backends from the command line reads the document with its reports.
+    let (code, out) = env
+        .execute(&[
+            "--json",
+            "reconcile",
+            "--from",
+            "2000-01-01",
+            "--to",
+            "2100-01-01",
+            "--no-repair",
+            "--workers",
+            "3",
+        ])
+        .await;
+    assert_eq!(
+        code,
+        ExitCode::from(1),
+        "230 objects missing from the ledger\n{out}"
+    );
+    let answer: Value = serde_json::from_str(&out).unwrap();
+    let entry = &answer["report"]["sources"][0];
+    assert_eq!(entry["objects"], 230, "{entry:#}");
+    assert!(
+        entry.get("fan_out").is_none(),
+        "the merged entry replaced the note: {entry:#}"
+    );
+    assert_eq!(entry["findings"].as_array().unwrap().len(), 230);
+    assert_eq!(entry["complete"], true);
+    let written = answer["written"].as_array().unwrap();
+    assert!(
+        written.iter().any(|k| k.as_str().unwrap().contains("/rc-")),
+        "the merged report is written under the job's id: {written:?}"
+    );
+}

@@ -12,7 +12,7 @@ use tidemark::fleet::{Fleet, FleetOptions, reconcile_handler};
 
 use tidemark::ports::{Clock, GetOutcome, JobWrite, SystemClock};
 use tidemark::process::Pipeline;
-use tidemark::reconcile::{self, FindingKind, Options, Report, SourceReport, Window};
+use tidemark::reconcile::{self, FindingKind, Options, Report, SourceReport, Window, parts};
 use tidemark_tests::{Backends, orders_csv};
 
 /// The orders source with parts of 100 objects, reports in the lake.
@@ -355,7 +355,134 @@ async fn a_scheduled_split_window_is_closed_by_its_merge_and_a_dead_merger_is_re
     assert!(fourth.sources[0].fan_out.is_none() && fourth.sources[0].complete);
 }
 
+/// A manual split whose merger died is merged by the next scheduled run; a scheduled split
+/// whose parts were lost (taken off the queue) is split again a day later.
+async fn split_windows_left_behind_are_looked_after_by_scheduled_runs(b: Backends) {
+    let config = config(&b);
+    let p = b.pipeline_with(config.clone());
+    landscape(&b, &p).await;
+    let queue = b.queue.clone();
+    let scheduled =
+        json!({"detail-type": "Scheduled Event", "source": "aws.scheduler", "detail": {}});
+    let iso = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .unwrap()
+            .to_rfc3339()
+    };
+    let manual =
+        json!({"source": "orders", "from": iso(0), "to": iso(window(&b).to_ms), "repair": false});
+    let (r, _) = reconcile::handle_with(
+        &p,
+        &config,
+        &manual,
+        &b.ctx("manual"),
+        i64::MAX,
+        Some(&*queue),
+    )
+    .await
+    .unwrap();
+    let manual_job = r.sources[0].fan_out.clone().unwrap().job;
+    // Its merger dies: the claim is taken and never released.
+    let (mut j, _) = b.ledger.get_job(&manual_job).await.unwrap().unwrap();
+    j.plan.merging = Some(("dead".into(), b.clock.now_ms() + 1_000));
+    let rev = j.rev;
+    j.rev += 1;
+    assert_eq!(
+        b.ledger.replace_job(&j, rev).await.unwrap(),
+        JobWrite::Written
+    );
+    let fleet = fleet(&b, &p, queue.clone());
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(async move { fleet.run(stop_rx).await });
+    loop {
+        let (_, c) = b.ledger.get_job(&manual_job).await.unwrap().unwrap();
+        if c.messages == 4 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = stop_tx.send(true);
+    running.await.unwrap();
+
+    // The scheduled window is split too; its parts are then lost before anyone checks them.
+    b.clock
+        .advance((SystemClock.now_ms() - b.clock.now_ms()).max(0) + 60_000);
+    let (first, _) = reconcile::handle_with(
+        &p,
+        &config,
+        &scheduled,
+        &b.ctx("s1"),
+        i64::MAX,
+        Some(&*queue),
+    )
+    .await
+    .unwrap();
+    let lost_job = first.sources[0].fan_out.clone().expect("split").job;
+    loop {
+        let taken = queue.receive(10, 60_000, 200).await.unwrap();
+        if taken.is_empty() {
+            break;
+        }
+        for m in taken {
+            queue.delete(&m.receipt).await.unwrap();
+        }
+    }
+    // The manual merge is done by the next scheduled run once the dead claim ran out.
+    b.clock.advance(2_000);
+    let (second, _) = reconcile::handle_with(
+        &p,
+        &config,
+        &scheduled,
+        &b.ctx("s2"),
+        i64::MAX,
+        Some(&*queue),
+    )
+    .await
+    .unwrap();
+    let (j, _) = b.ledger.get_job(&manual_job).await.unwrap().unwrap();
+    assert!(
+        j.plan.merged.is_some(),
+        "{}: the manual split is merged",
+        b.name
+    );
+    // (The first scheduled run, past the dead claim already, merged it.)
+    assert!(
+        first
+            .sources
+            .iter()
+            .chain(&second.sources)
+            .any(|s| s.fan_out.is_none() && s.objects == 318),
+        "{:#?}",
+        second.sources
+    );
+    // A day later the lost split is abandoned and the window split again; its new parts are
+    // checked and merged, and the window is closed.
+    b.clock.advance(parts::ABANDON_AFTER_MS + 1);
+    let (third, _) = reconcile::handle_with(
+        &p,
+        &config,
+        &scheduled,
+        &b.ctx("s3"),
+        i64::MAX,
+        Some(&*queue),
+    )
+    .await
+    .unwrap();
+    let again = third.sources[0].fan_out.clone().expect("split again").job;
+    assert_ne!(again, lost_job);
+    let report = merged(&b, &p, queue, &again).await;
+    assert_eq!(report.sources[0].objects, 318);
+    let (state, _) = reconcile::load_state(&p, config.reports.as_ref().unwrap(), "orders")
+        .await
+        .unwrap();
+    assert!(
+        state.fanned.is_none() && state.closed_through_ms.is_some(),
+        "{state:?}"
+    );
+}
+
 tidemark_tests::on_both!(
+    split_windows_left_behind_are_looked_after_by_scheduled_runs,
     a_split_window_reports_what_one_run_over_the_window_reports,
     a_scheduled_split_window_is_closed_by_its_merge_and_a_dead_merger_is_replaced,
 );

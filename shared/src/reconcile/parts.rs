@@ -40,6 +40,9 @@ use crate::process::{Pipeline, RunContext};
 
 /// Findings, mismatches and deep-checked keys listed at most in a merged report (each).
 pub const MAX_LISTED: usize = 10_000;
+/// A split window whose job has not finished after this long (a part lost) is split again by
+/// the next scheduled run, ms.
+pub const ABANDON_AFTER_MS: i64 = 24 * 3600 * 1000;
 /// How long a merger's claim on a merge holds, ms.
 const MERGE_LEASE_MS: i64 = 5 * 60 * 1000;
 
@@ -94,7 +97,7 @@ struct Split {
 }
 
 /// A window split into parts, as the coordinator's report entry tells it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FanOut {
     /// The job of the split window.
     pub job: String,
@@ -646,6 +649,52 @@ fn add_tally(into: &mut Tally, other: &Tally, source: &Source) {
         into.sums.insert(col.clone(), total.to_string());
     }
 }
+
+/// Look after the split windows of manual runs (a scheduled window is looked after through
+/// its window state): a coordinator that stopped at its deadline goes on, and a merge whose
+/// merger died is done once its claim has run out. The merged entries are returned (their
+/// reports are written as usual). Called by every scheduled run.
+pub async fn tend(
+    p: &Pipeline,
+    queue: &dyn WorkQueue,
+    config: &Config,
+    ctx: &RunContext,
+    stop_at_ms: i64,
+) -> Vec<SourceReport> {
+    let mut merged = Vec::new();
+    let jobs = match p.ledger.list_jobs(JOBS_TENDED).await {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            tracing::warn!(error = %e, "split windows of manual runs could not be listed");
+            return merged;
+        }
+    };
+    for (job, _) in jobs {
+        let manual =
+            serde_json::from_value::<Split>(job.request.clone()).is_ok_and(|s| !s.scheduled);
+        if job.kind != JobKind::Reconcile || job.plan.merged.is_some() || !manual {
+            continue;
+        }
+        let tended = if job.plan.done {
+            merge_if_done(p, config, &job.id, ctx).await
+        } else {
+            resume(p, queue, config, &job.id, stop_at_ms)
+                .await
+                .map(|_| None)
+        };
+        match tended {
+            Ok(Some((report, _))) => merged.extend(report.sources),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(job = %job.id, error = %e, "a split window could not be looked after")
+            }
+        }
+    }
+    merged
+}
+
+/// Jobs a scheduled run looks at for [`tend`] (the most recent).
+const JOBS_TENDED: usize = 20;
 
 /// What one invocation of the reconcile function made of an SQS batch of parts.
 #[derive(Debug, Default)]

@@ -1128,30 +1128,16 @@ impl Check<'_> {
             let replaced = |why: &str| (format!("ETag {}", footer.etag), why.to_string());
             let found = match read {
                 Ok(Read::Found(found)) => found,
-                Ok(Read::NotFound) => {
-                    let (expected, found) = replaced("deleted while it was read");
+                Ok(gone @ (Read::NotFound | Read::Changed)) => {
+                    let (kind, why) = match gone {
+                        Read::NotFound => {
+                            (MismatchKind::OutputMissing, "deleted while it was read")
+                        }
+                        _ => (MismatchKind::OutputChanged, "replaced while it was read"),
+                    };
+                    let (expected, found) = replaced(why);
                     let out = location(o.output);
-                    self.mismatch(
-                        MismatchKind::OutputMissing,
-                        Tier::Deep,
-                        key,
-                        out,
-                        expected,
-                        found,
-                    );
-                    return Ok(());
-                }
-                Ok(Read::Changed) => {
-                    let (expected, found) = replaced("replaced while it was read");
-                    let out = location(o.output);
-                    self.mismatch(
-                        MismatchKind::OutputChanged,
-                        Tier::Deep,
-                        key,
-                        out,
-                        expected,
-                        found,
-                    );
+                    self.mismatch(kind, Tier::Deep, key, out, expected, found);
                     return Ok(());
                 }
                 Err(ReadError::Store(e)) => return Err(e.into()),

@@ -1,6 +1,7 @@
 //! [`FlakyStore`]: a real object store with chosen failures — GET bodies whose connection
 //! drops part-way, GETs of one key failing, listings failing — each a transient error as
-//! S3 or the network would give it.
+//! S3 or the network would give it; and races — another writer's work run while a reader
+//! holds a GET it pinned.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -24,6 +25,7 @@ pub struct FlakyStore {
     cut_after: AtomicUsize,
     failing_key: Mutex<Option<String>>,
     failing_lists: AtomicBool,
+    race: Mutex<Option<(String, futures::future::BoxFuture<'static, ()>)>>,
 }
 
 impl FlakyStore {
@@ -35,7 +37,15 @@ impl FlakyStore {
             cut_after: AtomicUsize::new(0),
             failing_key: Mutex::new(None),
             failing_lists: AtomicBool::new(false),
+            race: Mutex::new(None),
         }
+    }
+
+    /// On the next GET of `key` pinned to a version, run `race` (another writer's work: an
+    /// overwrite and its event, say) after the pinned body was read and before the reader
+    /// gets it: the reader then holds a version that is no longer the current one.
+    pub fn race_pinned_get(&self, key: &str, race: futures::future::BoxFuture<'static, ()>) {
+        *self.race.lock().unwrap() = Some((key.to_string(), race));
     }
 
     /// The bodies of the next `n` GETs fail with a connection reset after `after` bytes.
@@ -119,6 +129,31 @@ impl ObjectStore for FlakyStore {
             return Err(Self::internal_error("GetObject", bucket, key));
         }
         let got = self.inner.get(bucket, key, if_match).await?;
+        let race = {
+            let mut race = self.race.lock().unwrap();
+            match race.take() {
+                Some((k, r)) if k == key && if_match.is_some() => Some(r),
+                other => {
+                    *race = other;
+                    None
+                }
+            }
+        };
+        // The raced body is read whole first: the reader holds the old version's bytes.
+        let got = match (race, got) {
+            (Some(race), GetOutcome::Found { meta, mut body }) => {
+                let mut bytes = Vec::new();
+                tokio::io::AsyncReadExt::read_to_end(&mut body, &mut bytes)
+                    .await
+                    .expect("read the raced body");
+                race.await;
+                GetOutcome::Found {
+                    meta,
+                    body: Box::pin(std::io::Cursor::new(bytes)),
+                }
+            }
+            (_, got) => got,
+        };
         let cut = self
             .cuts
             .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))

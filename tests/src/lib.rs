@@ -283,6 +283,17 @@ pub fn orders_config(
     max_attempts: u32,
     reports_prefix: Option<&str>,
 ) -> Arc<Config> {
+    let doc = orders_doc(landing, lake, max_attempts, reports_prefix);
+    Arc::new(Config::from_json(&doc.to_string()).expect("suite config is valid"))
+}
+
+/// The document of [`orders_config`], to change before it is read.
+pub fn orders_doc(
+    landing: &str,
+    lake: &str,
+    max_attempts: u32,
+    reports_prefix: Option<&str>,
+) -> Value {
     let schema = json!([
         {"name": "order_id", "type": "int64", "nullable": false},
         {"name": "customer", "type": "string"},
@@ -313,7 +324,7 @@ pub fn orders_config(
     if let Some(prefix) = reports_prefix {
         doc["reports"] = json!({"bucket": lake, "prefix": prefix});
     }
-    Arc::new(Config::from_json(&doc.to_string()).expect("suite config is valid"))
+    doc
 }
 
 /// A pair of backends behind the ports — S3 + DynamoDB on the local stack, or local folders +
@@ -413,6 +424,22 @@ impl Backends {
         RunContext::new(run_id, self.clock.now_ms())
     }
 
+    /// One call of the backfill planner, sending to this pair's queue, with no deadline.
+    pub async fn plan(
+        &self,
+        p: &Pipeline,
+        req: &tidemark::backfill::Request,
+    ) -> Result<tidemark::backfill::Response, tidemark::backfill::RequestError> {
+        tidemark::backfill::plan(
+            p,
+            &*self.queue,
+            req,
+            i64::MAX,
+            tidemark::work::Packing::default(),
+        )
+        .await
+    }
+
     /// Run a backfill the way a deployment does: the planner (called again while it stops at
     /// its bounds, as the function's self-invocations do) sends work items to this pair's
     /// queue, and a fleet of `workers` runs the ingest handler of `p` on them until the job
@@ -426,15 +453,10 @@ impl Backends {
         let mut calls = Vec::new();
         let mut req = req;
         loop {
-            let resp = tidemark::backfill::plan(
-                p,
-                &*self.queue,
-                &req,
-                i64::MAX,
-                tidemark::work::Packing::default(),
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{}: backfill planner: {e}", self.name));
+            let resp = self
+                .plan(p, &req)
+                .await
+                .unwrap_or_else(|e| panic!("{}: backfill planner: {e}", self.name));
             let again = !resp.done && resp.listed > 0;
             req = tidemark::backfill::Request {
                 job: resp.job.clone(),

@@ -9,20 +9,14 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use tidemark::backfill::{self, Request};
-use tidemark::error::StoreError;
+use tidemark::backfill::Request;
 use tidemark::jobs::{JobState, JobStatus};
 use tidemark::model::{Status, Target};
-use tidemark::ports::{
-    ByteRange, Clock, GetOutcome, ListPage, ObjectMeta, ObjectStore, PutOutcome, RangeOutcome,
-    WriteCondition,
-};
+use tidemark::ports::{Clock, ObjectMeta, PutOutcome, WriteCondition};
 use tidemark::process::{Faults, Pipeline, Step};
-use tidemark::work::Packing;
 use tidemark_tests::{Backends, Totals, form_encode, orders_csv};
 
 fn orders(req: Request) -> Request {
@@ -185,15 +179,7 @@ async fn overwrites_and_deletes_by_event_during_a_backfill_land_exactly(b: Backe
     let p = b.pipeline();
     // The planner sees the first versions of everything.
     let (first, _) = {
-        let resp = backfill::plan(
-            &p,
-            &*b.queue,
-            &orders(Request::default()),
-            i64::MAX,
-            Packing::default(),
-        )
-        .await
-        .unwrap();
+        let resp = b.plan(&p, &orders(Request::default())).await.unwrap();
         (resp, ())
     };
     assert_eq!(first.enqueued, 150);
@@ -268,9 +254,7 @@ async fn a_planner_that_dies_mid_page_resumes_without_a_duplicate_output_or_coun
             prefix: Some(prefix.clone()),
             ..Request::default()
         });
-        let e = backfill::plan(&crashing, &*b.queue, &req, i64::MAX, Packing::default())
-            .await
-            .unwrap_err();
+        let e = b.plan(&crashing, &req).await.unwrap_err();
         assert!(e.to_string().contains(step.as_str()), "{e}");
         let jobs = b.ledger.list_jobs(10).await.unwrap();
         let (job, _) = jobs
@@ -332,15 +316,7 @@ async fn a_planner_that_dies_mid_page_resumes_without_a_duplicate_output_or_coun
 async fn a_message_delivered_twice_is_processed_and_counted_once(b: Backends) {
     let each = land(&b, 120).await;
     let p = b.pipeline();
-    let resp = backfill::plan(
-        &p,
-        &*b.queue,
-        &orders(Request::default()),
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap();
+    let resp = b.plan(&p, &orders(Request::default())).await.unwrap();
     assert_eq!(resp.messages, 3);
     // Copy every message (SQS may deliver any of them twice).
     let mut bodies = Vec::new();
@@ -357,121 +333,22 @@ async fn a_message_delivered_twice_is_processed_and_counted_once(b: Backends) {
     assert_exact(&b, &each).await;
 }
 
-/// A store that, on the first GET of `key` pinned to a version, lets `hook` run (an overwrite
-/// and its event, racing the reader) before it hands the old version's body back.
-struct RaceOnGet {
-    inner: Arc<dyn ObjectStore>,
-    key: String,
-    hook: Mutex<Option<BoxFuture<'static, ()>>>,
+/// The ledger record of the orders object `key`.
+async fn record(b: &Backends, key: &str) -> tidemark::model::Record {
+    b.ledger
+        .get("orders", key)
+        .await
+        .unwrap()
+        .expect("a record")
 }
 
-#[async_trait]
-impl ObjectStore for RaceOnGet {
-    async fn head(&self, bucket: &str, key: &str) -> Result<Option<ObjectMeta>, StoreError> {
-        self.inner.head(bucket, key).await
-    }
-    async fn get(
-        &self,
-        bucket: &str,
-        key: &str,
-        if_match: Option<&str>,
-    ) -> Result<GetOutcome, StoreError> {
-        let got = self.inner.get(bucket, key, if_match).await?;
-        let hook = (key == self.key && if_match.is_some())
-            .then(|| self.hook.lock().unwrap().take())
-            .flatten();
-        if let Some(hook) = hook {
-            // The body is open: read it whole first (an emulator streams it), then race.
-            let GetOutcome::Found { meta, mut body } = got else {
-                panic!("the raced key must exist")
-            };
-            let mut bytes = Vec::new();
-            tokio::io::AsyncReadExt::read_to_end(&mut body, &mut bytes)
-                .await
-                .unwrap();
-            hook.await;
-            return Ok(GetOutcome::Found {
-                meta,
-                body: Box::pin(std::io::Cursor::new(bytes)),
-            });
-        }
-        Ok(got)
-    }
-    async fn get_range(
-        &self,
-        bucket: &str,
-        key: &str,
-        range: ByteRange,
-        if_match: Option<&str>,
-    ) -> Result<RangeOutcome, StoreError> {
-        self.inner.get_range(bucket, key, range, if_match).await
-    }
-    async fn put(
-        &self,
-        bucket: &str,
-        key: &str,
-        body: Bytes,
-        metadata: &BTreeMap<String, String>,
-        condition: &WriteCondition,
-    ) -> Result<PutOutcome, StoreError> {
-        self.inner.put(bucket, key, body, metadata, condition).await
-    }
-    async fn create_multipart(
-        &self,
-        bucket: &str,
-        key: &str,
-        metadata: &BTreeMap<String, String>,
-    ) -> Result<String, StoreError> {
-        self.inner.create_multipart(bucket, key, metadata).await
-    }
-    async fn upload_part(
-        &self,
-        bucket: &str,
-        key: &str,
-        upload_id: &str,
-        part_number: i32,
-        body: Bytes,
-    ) -> Result<String, StoreError> {
-        self.inner
-            .upload_part(bucket, key, upload_id, part_number, body)
-            .await
-    }
-    async fn complete_multipart(
-        &self,
-        bucket: &str,
-        key: &str,
-        upload_id: &str,
-        parts: &[(i32, String)],
-        condition: &WriteCondition,
-    ) -> Result<PutOutcome, StoreError> {
-        self.inner
-            .complete_multipart(bucket, key, upload_id, parts, condition)
-            .await
-    }
-    async fn abort_multipart(
-        &self,
-        bucket: &str,
-        key: &str,
-        upload_id: &str,
-    ) -> Result<(), StoreError> {
-        self.inner.abort_multipart(bucket, key, upload_id).await
-    }
-    async fn delete(
-        &self,
-        bucket: &str,
-        key: &str,
-        if_match: Option<&str>,
-    ) -> Result<bool, StoreError> {
-        self.inner.delete(bucket, key, if_match).await
-    }
-    async fn list(
-        &self,
-        bucket: &str,
-        prefix: &str,
-        page_token: Option<&str>,
-    ) -> Result<ListPage, StoreError> {
-        self.inner.list(bucket, prefix, page_token).await
-    }
+/// Rows and sums of each lake object under `prefix`.
+async fn lake_under(b: &Backends, prefix: &str) -> Vec<Totals> {
+    b.lake_objects(prefix)
+        .await
+        .into_values()
+        .map(tidemark_tests::parquet_totals)
+        .collect()
 }
 
 fn committed_etag(r: &tidemark::model::Record) -> String {
@@ -499,46 +376,37 @@ async fn a_listing_item_never_undoes_a_version_an_event_brought(b: Backends) {
     // 1. The item (version 1) is enqueued; version 2 arrives by event and commits before
     //    the fleet gets to the item: the item's pinned GET finds version 2 and lets go.
     upload("committed", 0).await;
-    let plan = backfill::plan(
-        &p,
-        &*b.queue,
-        &orders(Request {
-            prefix: Some(key("committed")),
-            ..Request::default()
-        }),
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap();
+    let plan = b
+        .plan(
+            &p,
+            &orders(Request {
+                prefix: Some(key("committed")),
+                ..Request::default()
+            }),
+        )
+        .await
+        .unwrap();
     let v2 = upload("committed", 500).await;
     ingest(&b, &p, created(&b, &key("committed"), 0x20).await).await;
     let s = tidemark_tests::run_until_empty(&b, &p, &plan.job.unwrap(), 2).await;
     finished(&b, &s);
     assert_eq!((s.counts.processed, s.counts.skipped), (0, 1), "{}", b.name);
-    let r = b
-        .ledger
-        .get("orders", &key("committed"))
-        .await
-        .unwrap()
-        .unwrap();
+    let r = record(&b, &key("committed")).await;
     assert_eq!(r.committed.as_ref().unwrap().rows, v2.rows);
 
     // 2. Version 2's event failed (transiently) and left it pending; the item of version 1
     //    works version 2 first, and lets its own go when its GET finds version 2.
     upload("pending", 0).await;
-    let plan = backfill::plan(
-        &p,
-        &*b.queue,
-        &orders(Request {
-            prefix: Some(key("pending")),
-            ..Request::default()
-        }),
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap();
+    let plan = b
+        .plan(
+            &p,
+            &orders(Request {
+                prefix: Some(key("pending")),
+                ..Request::default()
+            }),
+        )
+        .await
+        .unwrap();
     let v2 = upload("pending", 700).await;
     let flaky = tidemark_tests::FlakyStore::new(b.store.clone());
     flaky.fail_gets_of(Some(&key("pending")));
@@ -549,21 +417,11 @@ async fn a_listing_item_never_undoes_a_version_an_event_brought(b: Backends) {
         .await
         .unwrap();
     assert_eq!(r.summary.failed, 1);
-    let before = b
-        .ledger
-        .get("orders", &key("pending"))
-        .await
-        .unwrap()
-        .unwrap();
+    let before = record(&b, &key("pending")).await;
     assert_eq!(before.status, Status::Pending, "{before:?}");
     let s = tidemark_tests::run_until_empty(&b, &p, &plan.job.unwrap(), 2).await;
     finished(&b, &s);
-    let r = b
-        .ledger
-        .get("orders", &key("pending"))
-        .await
-        .unwrap()
-        .unwrap();
+    let r = record(&b, &key("pending")).await;
     assert_eq!(
         (r.status, r.committed.as_ref().unwrap().rows),
         (Status::Done, v2.rows)
@@ -582,57 +440,42 @@ async fn a_listing_item_never_undoes_a_version_an_event_brought(b: Backends) {
     //    version 1: the event is recorded for the worker, which commits version 1 and then
     //    version 2. The lake ends with version 2.
     upload("racing", 0).await;
-    let plan = backfill::plan(
-        &p,
-        &*b.queue,
-        &orders(Request {
-            prefix: Some(key("racing")),
-            ..Request::default()
-        }),
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap();
+    let plan = b
+        .plan(
+            &p,
+            &orders(Request {
+                prefix: Some(key("racing")),
+                ..Request::default()
+            }),
+        )
+        .await
+        .unwrap();
     let (csv2, v2) = orders_csv(900, 3);
     let racing = race(&b, &p, key("racing"), csv2, 0x40);
     let s = tidemark_tests::run_until_empty(&b, &racing, &plan.job.unwrap(), 1).await;
     finished(&b, &s);
-    let r = b
-        .ledger
-        .get("orders", &key("racing"))
-        .await
-        .unwrap()
-        .unwrap();
+    let r = record(&b, &key("racing")).await;
     assert_eq!(
         (r.status, r.committed.as_ref().unwrap().rows),
         (Status::Done, v2.rows)
     );
-    let lake = b.lake_objects("orders/rule/racing").await;
-    assert_eq!(
-        lake.values()
-            .map(|body| tidemark_tests::parquet_totals(body.clone()))
-            .collect::<Vec<_>>(),
-        [v2]
-    );
+    assert_eq!(lake_under(&b, "orders/rule/racing").await, [v2]);
 
     // 4. A replay of version 1 races the same way with version 2 committed by its event
     //    before the replay writes: the replay must not write version 1 over version 2.
     upload("replayed", 0).await;
     ingest(&b, &p, created(&b, &key("replayed"), 0x50).await).await;
-    let plan = backfill::plan(
-        &p,
-        &*b.queue,
-        &orders(Request {
-            prefix: Some(key("replayed")),
-            replay: true,
-            ..Request::default()
-        }),
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap();
+    let plan = b
+        .plan(
+            &p,
+            &orders(Request {
+                prefix: Some(key("replayed")),
+                replay: true,
+                ..Request::default()
+            }),
+        )
+        .await
+        .unwrap();
     let (csv2, v2) = orders_csv(1300, 4);
     let racing = race(&b, &p, key("replayed"), csv2, 0x60);
     let s = tidemark_tests::run_until_empty(&b, &racing, &plan.job.unwrap(), 1).await;
@@ -643,19 +486,8 @@ async fn a_listing_item_never_undoes_a_version_an_event_brought(b: Backends) {
         "{}: {s:#?}",
         b.name
     );
-    let lake = b.lake_objects("orders/rule/replayed").await;
-    assert_eq!(
-        lake.values()
-            .map(|body| tidemark_tests::parquet_totals(body.clone()))
-            .collect::<Vec<_>>(),
-        [v2]
-    );
-    let r = b
-        .ledger
-        .get("orders", &key("replayed"))
-        .await
-        .unwrap()
-        .unwrap();
+    assert_eq!(lake_under(&b, "orders/rule/replayed").await, [v2]);
+    let r = record(&b, &key("replayed")).await;
     assert_eq!(r.committed.as_ref().unwrap().rows, v2.rows);
 }
 
@@ -691,30 +523,26 @@ fn race(b: &Backends, p: &Pipeline, key: String, body: String, seq: u64) -> Pipe
             .unwrap();
         assert!(r.errors.is_empty(), "{:?}", r.errors);
     });
-    let mut racing = p.clone();
-    racing.store = Arc::new(RaceOnGet {
-        inner: b.store.clone(),
-        key,
-        hook: Mutex::new(Some(hook)),
-    });
-    racing
+    let racing = tidemark_tests::FlakyStore::new(b.store.clone());
+    racing.race_pinned_get(&key, hook);
+    let mut p = p.clone();
+    p.store = Arc::new(racing);
+    p
 }
 
 async fn a_dry_run_enqueues_nothing_and_a_replay_leaves_the_ledger_alone(b: Backends) {
     let each = land(&b, 3).await;
     let p = b.pipeline();
-    let dry = backfill::plan(
-        &p,
-        &*b.queue,
-        &orders(Request {
-            dry_run: true,
-            ..Request::default()
-        }),
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap();
+    let dry = b
+        .plan(
+            &p,
+            &orders(Request {
+                dry_run: true,
+                ..Request::default()
+            }),
+        )
+        .await
+        .unwrap();
     assert_eq!(
         (dry.would_process.len(), dry.job.as_deref(), dry.messages),
         (3, None, 0)
@@ -745,31 +573,27 @@ async fn a_dry_run_enqueues_nothing_and_a_replay_leaves_the_ledger_alone(b: Back
         "outputs replaced, never appended"
     );
     assert!(b.ledger.list("orders").await.unwrap().is_empty());
-    let bad = backfill::plan(
-        &p,
-        &*b.queue,
-        &orders(Request {
-            prefix: Some("elsewhere/".into()),
-            ..Request::default()
-        }),
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap_err();
+    let bad = b
+        .plan(
+            &p,
+            &orders(Request {
+                prefix: Some("elsewhere/".into()),
+                ..Request::default()
+            }),
+        )
+        .await
+        .unwrap_err();
     assert!(bad.to_string().contains("prefix"), "{bad}");
-    let unknown = backfill::plan(
-        &p,
-        &*b.queue,
-        &Request {
-            job: Some("bf-none".into()),
-            ..Request::default()
-        },
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap_err();
+    let unknown = b
+        .plan(
+            &p,
+            &Request {
+                job: Some("bf-none".into()),
+                ..Request::default()
+            },
+        )
+        .await
+        .unwrap_err();
     assert!(unknown.to_string().contains("bf-none"), "{unknown}");
 }
 
@@ -818,18 +642,16 @@ async fn a_stale_config_backfill_reprocesses_only_objects_of_the_old_config(b: B
             ..Request::default()
         })
     };
-    let dry = backfill::plan(
-        &p,
-        &*b.queue,
-        &Request {
-            dry_run: true,
-            ..stale(None)
-        },
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap();
+    let dry = b
+        .plan(
+            &p,
+            &Request {
+                dry_run: true,
+                ..stale(None)
+            },
+        )
+        .await
+        .unwrap();
     let old_keys: Vec<String> = each.keys().cloned().collect();
     assert_eq!(dry.would_process, old_keys);
     assert_eq!((dry.enqueued, dry.already_done), (4, 1));
@@ -885,11 +707,7 @@ async fn a_stale_config_backfill_reprocesses_only_objects_of_the_old_config(b: B
         replay: true,
         ..stale(None)
     };
-    assert!(
-        backfill::plan(&p, &*b.queue, &both, i64::MAX, Packing::default())
-            .await
-            .is_err()
-    );
+    assert!(b.plan(&p, &both).await.is_err());
 }
 
 /// An item whose object another worker holds (a worker that died with its claim) comes back
@@ -914,15 +732,7 @@ async fn an_item_held_by_a_dead_workers_claim_comes_back_until_the_lease_ends(b:
     assert!(matches!(e, tidemark::ProcessError::Crashed(_)), "{e}");
 
     let p = b.pipeline();
-    let plan = backfill::plan(
-        &p,
-        &*b.queue,
-        &orders(Request::default()),
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap();
+    let plan = b.plan(&p, &orders(Request::default())).await.unwrap();
     let job = plan.job.unwrap();
     let fleet = b.fleet(&p, 2);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -1099,18 +909,11 @@ async fn an_inventory_report_replaces_the_listing(b: Backends) {
         }));
     }
     assert_exact(&b, &each).await;
-    let wrong = backfill::plan(
-        &b.pipeline(),
-        &*b.queue,
-        &orders(Request {
-            inventory: Some(format!("s3://{}/inventory/none.json", b.lake)),
-            ..Request::default()
-        }),
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap_err();
+    let missing = orders(Request {
+        inventory: Some(format!("s3://{}/inventory/none.json", b.lake)),
+        ..Request::default()
+    });
+    let wrong = b.plan(&b.pipeline(), &missing).await.unwrap_err();
     assert!(wrong.to_string().contains("no such object"), "{wrong}");
 }
 
@@ -1119,15 +922,7 @@ async fn an_inventory_report_replaces_the_listing(b: Backends) {
 async fn work_items_not_started_in_time_send_their_message_back(b: Backends) {
     let each = land(&b, 4).await;
     let p = b.pipeline();
-    let plan = backfill::plan(
-        &p,
-        &*b.queue,
-        &orders(Request::default()),
-        i64::MAX,
-        Packing::default(),
-    )
-    .await
-    .unwrap();
+    let plan = b.plan(&p, &orders(Request::default())).await.unwrap();
     let message = b.queue.receive(1, 1, 1_000).await.unwrap().remove(0);
     let event = tidemark::fleet::sqs_event(std::slice::from_ref(&message), "arn");
     let now = b.clock.now_ms();

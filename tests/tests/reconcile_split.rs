@@ -13,23 +13,14 @@ use tidemark::fleet::{Fleet, FleetOptions, reconcile_handler};
 use tidemark::ports::{Clock, GetOutcome, JobWrite, SystemClock};
 use tidemark::process::Pipeline;
 use tidemark::reconcile::{self, FindingKind, Options, Report, SourceReport, Window, parts};
-use tidemark_tests::{Backends, orders_csv};
+use tidemark_tests::{Backends, orders_csv, orders_doc};
 
-/// The orders source with parts of 100 objects, reports in the lake.
+/// The suites' sources, orders with parts of 100 objects and a deep sample of 10%, reports
+/// in the lake.
 fn config(b: &Backends) -> Arc<Config> {
-    let doc = json!({"sources": [{
-        "source_id": "orders", "bucket": b.landing, "prefix": "in/", "format": "csv",
-        "schema": [
-            {"name": "order_id", "type": "int64", "nullable": false},
-            {"name": "customer", "type": "string"},
-            {"name": "quantity", "type": "int32"},
-            {"name": "amount", "type": "decimal(12,2)"},
-            {"name": "ordered_at", "type": "timestamp"}
-        ],
-        "sum_columns": ["quantity", "amount"],
-        "output": {"bucket": b.lake, "prefix": "orders/"},
-        "reconcile": {"grace_minutes": 0, "part_objects": 100, "deep_sample": 0.1}
-    }], "reports": {"bucket": b.lake, "prefix": "reports/"}});
+    let mut doc = orders_doc(&b.landing, &b.lake, 3, Some("reports/"));
+    doc["sources"][0]["reconcile"] =
+        json!({"grace_minutes": 0, "part_objects": 100, "deep_sample": 0.1});
     Arc::new(Config::from_json(&doc.to_string()).unwrap())
 }
 
@@ -85,6 +76,40 @@ fn fleet(b: &Backends, p: &Pipeline, queue: Arc<dyn tidemark::ports::WorkQueue>)
             timeout_ms: 600_000,
         },
     }
+}
+
+/// A merger of job `job` that claimed the merge (for a second) and died.
+async fn claim_merge_and_die(b: &Backends, job: &str, run: &str) {
+    let (mut j, _) = b.ledger.get_job(job).await.unwrap().unwrap();
+    j.plan.merging = Some((run.into(), b.clock.now_ms() + 1_000));
+    let rev = j.rev;
+    j.rev += 1;
+    assert_eq!(
+        b.ledger.replace_job(&j, rev).await.unwrap(),
+        JobWrite::Written
+    );
+}
+
+/// Run a fleet on `queue` until `parts` parts of job `job` are checked.
+async fn check_parts(
+    b: &Backends,
+    p: &Pipeline,
+    queue: Arc<dyn tidemark::ports::WorkQueue>,
+    job: &str,
+    parts: u64,
+) {
+    let fleet = fleet(b, p, queue);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let running = tokio::spawn(async move { fleet.run(stop_rx).await });
+    loop {
+        let (_, counts) = b.ledger.get_job(job).await.unwrap().unwrap();
+        if counts.messages == parts {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let _ = stop_tx.send(true);
+    running.await.unwrap();
 }
 
 /// Run a fleet on `queue` until job `job` is merged; the merged report.
@@ -268,26 +293,8 @@ async fn a_scheduled_split_window_is_closed_by_its_merge_and_a_dead_merger_is_re
     assert_eq!(state.closed_through_ms, None, "not closed before its merge");
 
     // A merger that claimed the merge and died: the parts finish, nobody merges.
-    let (mut j, _) = b.ledger.get_job(&job).await.unwrap().unwrap();
-    j.plan.merging = Some(("dead-run".into(), b.clock.now_ms() + 1_000));
-    let rev = j.rev;
-    j.rev += 1;
-    assert_eq!(
-        b.ledger.replace_job(&j, rev).await.unwrap(),
-        JobWrite::Written
-    );
-    let fleet = fleet(&b, &p, queue.clone());
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let running = tokio::spawn(async move { fleet.run(stop_rx).await });
-    loop {
-        let (_, counts) = b.ledger.get_job(&job).await.unwrap().unwrap();
-        if counts.messages == fan_out.parts {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let _ = stop_tx.send(true);
-    running.await.unwrap();
+    claim_merge_and_die(&b, &job, "dead-run").await;
+    check_parts(&b, &p, queue.clone(), &job, fan_out.parts).await;
     let (j, _) = b.ledger.get_job(&job).await.unwrap().unwrap();
     assert!(j.plan.merged.is_none(), "the dead merger's claim holds");
 
@@ -383,26 +390,8 @@ async fn split_windows_left_behind_are_looked_after_by_scheduled_runs(b: Backend
     .unwrap();
     let manual_job = r.sources[0].fan_out.clone().unwrap().job;
     // Its merger dies: the claim is taken and never released.
-    let (mut j, _) = b.ledger.get_job(&manual_job).await.unwrap().unwrap();
-    j.plan.merging = Some(("dead".into(), b.clock.now_ms() + 1_000));
-    let rev = j.rev;
-    j.rev += 1;
-    assert_eq!(
-        b.ledger.replace_job(&j, rev).await.unwrap(),
-        JobWrite::Written
-    );
-    let fleet = fleet(&b, &p, queue.clone());
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let running = tokio::spawn(async move { fleet.run(stop_rx).await });
-    loop {
-        let (_, c) = b.ledger.get_job(&manual_job).await.unwrap().unwrap();
-        if c.messages == 4 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    let _ = stop_tx.send(true);
-    running.await.unwrap();
+    claim_merge_and_die(&b, &manual_job, "dead").await;
+    check_parts(&b, &p, queue.clone(), &manual_job, 4).await;
 
     // The scheduled window is split too; its parts are then lost before anyone checks them.
     b.clock

@@ -716,38 +716,7 @@ impl Ledger for DynamoLedger {
     }
 
     async fn list(&self, source_id: &str) -> Result<Vec<Record>, LedgerError> {
-        let mut records = Vec::new();
-        for n in 0..SHARDS {
-            let partition = format!("{source_id}#{n:02}");
-            let mut start: Option<HashMap<String, AttributeValue>> = None;
-            loop {
-                let page = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .index_name(INDEX_BY_SOURCE)
-                    .key_condition_expression("gsi1pk = :p")
-                    .expression_attribute_values(":p", AttributeValue::S(partition.clone()))
-                    .set_limit(self.page_limit)
-                    .set_exclusive_start_key(start.take())
-                    .send()
-                    .await
-                    .map_err(|e| self.service_err("Query", (source_id, ""), failure(&e)))?;
-                for item in page.items.unwrap_or_default() {
-                    let key = match item.get("key") {
-                        Some(AttributeValue::S(k)) => k.clone(),
-                        _ => String::new(),
-                    };
-                    records.push(Self::from_item(source_id, &key, item)?);
-                }
-                match page.last_evaluated_key {
-                    Some(k) if !k.is_empty() => start = Some(k),
-                    _ => break,
-                }
-            }
-        }
-        records.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(records)
+        self.list_range(source_id, &KeyRange::default()).await
     }
 
     async fn get_many(&self, source_id: &str, keys: &[String]) -> Result<Vec<Record>, LedgerError> {

@@ -35,6 +35,9 @@ TIDEMARK = REPO / "target/release/tidemark"
 INGEST = REPO / "target/release/ingest"
 FLEET = REPO / "bench/fleet/target/release/tidemark-fleet"
 
+# Objects one worker invocation processes at once (the template's ObjectConcurrency default).
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "2"))
+
 SCHEMA = [
     {"name": "order_id", "type": "int64", "nullable": False},
     {"name": "customer", "type": "string"},
@@ -167,7 +170,7 @@ def aws_run(n: int, workers: int, want: dict, landing: str, out: Path, chaos: bo
         "--timeout-s", "60", "--visibility-s", "360", "--until-empty-s", "5",
         "--log-dir", str(out / f"fleet-{tag}"),
         "--env", f"TIDEMARK_CONFIG_FILE={cfg}", "--env", f"TIDEMARK_TABLE={table}",
-        "--env", "TIDEMARK_CONCURRENCY=8", "--env", "RUST_LOG=warn", "--seed", str(workers),
+        "--env", f"TIDEMARK_CONCURRENCY={CONCURRENCY}", "--env", "RUST_LOG=warn", "--seed", str(workers),
     ]
     if chaos:
         fleet_cmd += ["--redeliver", "0.02", "--kill-every-s", "45"]
@@ -179,6 +182,7 @@ def aws_run(n: int, workers: int, want: dict, landing: str, out: Path, chaos: bo
     work_s = (status["finished_at"] - status["plan"]["planned_at"]) / 1000 if status.get("finished_at") else None
     check = verify(env, cfg, want, n, backend)
     return {
+        "write_units": write_units(ddb, table),
         "backend": "aws (local stack)", "workers": workers, "objects": n, "planner_s": round(planner_s, 1),
         "fleet_s": round(work_s or fleet_wall, 1), "objects_per_s": round(n / (work_s or fleet_wall), 1),
         "job": status["counts"] | {"state": status["state"], "enqueued": status["plan"]["enqueued"]},
@@ -199,7 +203,8 @@ def local_run(n: int, workers: int, want: dict, template: Path, out: Path) -> di
     backend = ["--backend", "local", "--root", str(root)]
     t0 = time.time()
     res = json.loads(
-        run([TIDEMARK, *backend, "--config", cfg, "--json", "backfill", "--source", "orders", "--workers", str(workers)]).stdout
+        run([TIDEMARK, *backend, "--config", cfg, "--json", "backfill", "--source", "orders", "--workers", str(workers),
+             "--concurrency", str(CONCURRENCY)]).stdout
     )
     wall = time.time() - t0
     status = res["job"]
@@ -211,6 +216,29 @@ def local_run(n: int, workers: int, want: dict, template: Path, out: Path) -> di
         "fleet_s": round(work_s, 1), "objects_per_s": round(n / work_s, 1), "wall_s": round(wall, 1),
         "job": status["counts"] | {"state": status["state"], "enqueued": status["plan"]["enqueued"]},
         "check": check,
+    }
+
+
+def write_units(ddb, table: str) -> dict:
+    """What one commit costs in write units, table and index, as DynamoDB (Local) counts them:
+    a done record written back unchanged with ReturnConsumedCapacity=INDEXES."""
+    page = ddb.scan(TableName=table, Limit=50)
+    item = next((i for i in page["Items"] if i.get("status", {}).get("S") == "done"), None)
+    if item is None:
+        return {}
+    rev = item["rev"]["N"]
+    out = ddb.put_item(
+        TableName=table,
+        Item=item,
+        ConditionExpression="rev = :rev",
+        ExpressionAttributeValues={":rev": {"N": rev}},
+        ReturnConsumedCapacity="INDEXES",
+    )
+    cc = out.get("ConsumedCapacity", {})
+    return {
+        "record_bytes": len(json.dumps(item)),
+        "table": cc.get("Table", {}).get("CapacityUnits"),
+        "index": sum(v.get("CapacityUnits", 0) for v in (cc.get("GlobalSecondaryIndexes") or {}).values()),
     }
 
 
@@ -261,7 +289,7 @@ def main():
     out = REPO / ".local/bench-backfill" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     out.mkdir(parents=True)
     want = expected(n)
-    say(f"{n} objects, {want['rows']} rows; workers {workers}; backends {backends}; chaos {chaos}")
+    say(f"{n} objects, {want['rows']} rows; workers {workers} x {CONCURRENCY} objects at once; backends {backends}; chaos {chaos}")
     digest = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:8]
     results = []
     if "local" in backends:

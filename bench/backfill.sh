@@ -12,6 +12,8 @@
 #   BENCH_WORKERS="1 2 4 8"    worker counts
 #   BENCH_BACKENDS="aws local" which pairs
 #   BENCH_CHAOS=1              0: no redelivery and no kills on the local stack
+#   BENCH_CONCURRENCY=2        objects each worker invocation processes at once (the
+#                              template's ObjectConcurrency default; TIDEMARK_CONCURRENCY)
 #
 # It builds target/release/{ingest,tidemark} (the Lambda's release profile: ≈25 min from
 # clean on 2 cores) and bench/fleet in release, starts the local stack (infra/localstack.sh)

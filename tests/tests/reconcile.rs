@@ -568,6 +568,22 @@ async fn sampled_check(b: &Backends, sample: f64) -> reconcile::SourceReport {
         .expect("reconcile")
 }
 
+/// The report's mismatches as (kind, tier, measure, expected, found).
+fn mismatch_rows(r: &reconcile::SourceReport) -> Vec<(MismatchKind, Tier, &str, String, String)> {
+    r.mismatches
+        .iter()
+        .map(|m| {
+            (
+                m.kind,
+                m.tier,
+                m.measure.as_str(),
+                m.expected.clone(),
+                m.found.clone(),
+            )
+        })
+        .collect()
+}
+
 /// The cheap tier alone (a sample of none) finds an object the ledger never saw and an
 /// output deleted by hand, and sends exactly those two to the deep tier.
 async fn the_cheap_tier_finds_a_missing_object_and_a_deleted_output(b: Backends) {
@@ -666,19 +682,7 @@ async fn an_output_replaced_with_the_same_row_count_is_caught_by_both_tiers(b: B
 
     let r = sampled_check(&b, 0.0).await;
     assert!(r.findings.is_empty(), "{:#?}", r.findings);
-    let mismatches: Vec<_> = r
-        .mismatches
-        .iter()
-        .map(|m| {
-            (
-                m.kind,
-                m.tier,
-                m.measure.as_str(),
-                m.expected.clone(),
-                m.found.clone(),
-            )
-        })
-        .collect();
+    let mismatches = mismatch_rows(&r);
     let output = format!("s3://{}/orders/2026/11/01.csv.parquet", b.lake);
     assert_eq!(
         mismatches,
@@ -760,19 +764,7 @@ async fn a_footer_row_count_unlike_the_ledgers_is_a_cheap_tier_mismatch(b: Backe
     );
 
     let r = sampled_check(&b, 0.0).await;
-    let mismatches: Vec<_> = r
-        .mismatches
-        .iter()
-        .map(|m| {
-            (
-                m.kind,
-                m.tier,
-                m.measure.as_str(),
-                m.expected.clone(),
-                m.found.clone(),
-            )
-        })
-        .collect();
+    let mismatches = mismatch_rows(&r);
     let (ledger, lake) = ((each[1].rows + 1).to_string(), each[1].rows.to_string());
     assert_eq!(
         mismatches,

@@ -395,34 +395,34 @@ mod tests {
         }
         async fn create_multipart(
             &self,
-            _: &str,
-            _: &str,
-            _: &BTreeMap<String, String>,
+            b: &str,
+            k: &str,
+            m: &BTreeMap<String, String>,
         ) -> Result<String, StoreError> {
-            unimplemented!()
+            self.inner.create_multipart(b, k, m).await
         }
         async fn upload_part(
             &self,
-            _: &str,
-            _: &str,
-            _: &str,
-            _: i32,
-            _: Bytes,
+            b: &str,
+            k: &str,
+            u: &str,
+            n: i32,
+            body: Bytes,
         ) -> Result<String, StoreError> {
-            unimplemented!()
+            self.inner.upload_part(b, k, u, n, body).await
         }
         async fn complete_multipart(
             &self,
-            _: &str,
-            _: &str,
-            _: &str,
-            _: &[(i32, String)],
-            _: &WriteCondition,
+            b: &str,
+            k: &str,
+            u: &str,
+            parts: &[(i32, String)],
+            c: &WriteCondition,
         ) -> Result<PutOutcome, StoreError> {
-            unimplemented!()
+            self.inner.complete_multipart(b, k, u, parts, c).await
         }
-        async fn abort_multipart(&self, _: &str, _: &str, _: &str) -> Result<(), StoreError> {
-            unimplemented!()
+        async fn abort_multipart(&self, b: &str, k: &str, u: &str) -> Result<(), StoreError> {
+            self.inner.abort_multipart(b, k, u).await
         }
         async fn delete(&self, b: &str, k: &str, m: Option<&str>) -> Result<bool, StoreError> {
             self.inner.delete(b, k, m).await

@@ -10,7 +10,7 @@ use serde_json::json;
 use tidemark::config::Config;
 use tidemark::fleet::{Fleet, FleetOptions, reconcile_handler};
 
-use tidemark::ports::{Clock, GetOutcome, JobWrite, SystemClock};
+use tidemark::ports::{Clock, GetOutcome, JobWrite, SystemClock, WorkQueue};
 use tidemark::process::Pipeline;
 use tidemark::reconcile::{self, FindingKind, Options, Report, SourceReport, Window, parts};
 use tidemark_tests::{Backends, orders_csv, orders_doc};
@@ -22,6 +22,21 @@ fn config(b: &Backends) -> Arc<Config> {
     doc["sources"][0]["reconcile"] =
         json!({"grace_minutes": 0, "part_objects": 100, "deep_sample": 0.1});
     Arc::new(Config::from_json(&doc.to_string()).unwrap())
+}
+
+/// One reconcile invocation with the parts queue; `run` names it in the reports.
+async fn invoke(
+    b: &Backends,
+    p: &Pipeline,
+    config: &Config,
+    payload: &serde_json::Value,
+    queue: &dyn WorkQueue,
+    run: &str,
+) -> Report {
+    reconcile::handle_with(p, config, payload, &b.ctx(run), i64::MAX, Some(queue))
+        .await
+        .unwrap()
+        .0
 }
 
 /// 330 objects, 300 of them processed on the fleet; then problems in every part: 20 objects
@@ -203,16 +218,7 @@ async fn a_split_window_reports_what_one_run_over_the_window_reports(b: Backends
         .unwrap()
         .to_rfc3339();
     let payload = json!({"source": "orders", "from": from, "to": to, "repair": false});
-    let (coordinator, _) = reconcile::handle_with(
-        &p,
-        &config,
-        &payload,
-        &b.ctx("coordinator"),
-        i64::MAX,
-        Some(&*queue),
-    )
-    .await
-    .unwrap();
+    let coordinator = invoke(&b, &p, &config, &payload, &*queue, "coordinator").await;
     let fan_out = coordinator.sources[0].fan_out.clone().expect("split");
     assert_eq!(
         (fan_out.parts, fan_out.planned),
@@ -276,16 +282,7 @@ async fn a_scheduled_split_window_is_closed_by_its_merge_and_a_dead_merger_is_re
     // The scheduled window ends at the test clock's now: move it past the uploads.
     b.clock
         .advance((SystemClock.now_ms() - b.clock.now_ms()).max(0) + 60_000);
-    let (first, _) = reconcile::handle_with(
-        &p,
-        &config,
-        &scheduled,
-        &b.ctx("run-1"),
-        i64::MAX,
-        Some(&*queue),
-    )
-    .await
-    .unwrap();
+    let first = invoke(&b, &p, &config, &scheduled, &*queue, "run-1").await;
     let fan_out = first.sources[0].fan_out.clone().expect("split");
     let (state, _) = reconcile::load_state(&p, &reports, "orders").await.unwrap();
     let (window, job) = state.fanned.clone().expect("the window is in flight");
@@ -300,32 +297,14 @@ async fn a_scheduled_split_window_is_closed_by_its_merge_and_a_dead_merger_is_re
 
     // While the claim holds, a scheduled run starts no new window; once it ran out, the next
     // scheduled run merges, and the merge closes the window.
-    let (second, _) = reconcile::handle_with(
-        &p,
-        &config,
-        &scheduled,
-        &b.ctx("run-2"),
-        i64::MAX,
-        Some(&*queue),
-    )
-    .await
-    .unwrap();
+    let second = invoke(&b, &p, &config, &scheduled, &*queue, "run-2").await;
     assert!(
         second.sources[0].fan_out.is_some(),
         "{:#?}",
         second.sources[0]
     );
     b.clock.advance(2_000);
-    let (third, _) = reconcile::handle_with(
-        &p,
-        &config,
-        &scheduled,
-        &b.ctx("run-3"),
-        i64::MAX,
-        Some(&*queue),
-    )
-    .await
-    .unwrap();
+    let third = invoke(&b, &p, &config, &scheduled, &*queue, "run-3").await;
     let merged_entry = &third.sources[0];
     assert!(
         merged_entry.fan_out.is_none() && merged_entry.complete,
@@ -349,16 +328,7 @@ async fn a_scheduled_split_window_is_closed_by_its_merge_and_a_dead_merger_is_re
 
     // The next window holds nothing: checked whole, no split.
     b.clock.advance(60_000);
-    let (fourth, _) = reconcile::handle_with(
-        &p,
-        &config,
-        &scheduled,
-        &b.ctx("run-4"),
-        i64::MAX,
-        Some(&*queue),
-    )
-    .await
-    .unwrap();
+    let fourth = invoke(&b, &p, &config, &scheduled, &*queue, "run-4").await;
     assert!(fourth.sources[0].fan_out.is_none() && fourth.sources[0].complete);
 }
 
@@ -378,16 +348,7 @@ async fn split_windows_left_behind_are_looked_after_by_scheduled_runs(b: Backend
     };
     let manual =
         json!({"source": "orders", "from": iso(0), "to": iso(window(&b).to_ms), "repair": false});
-    let (r, _) = reconcile::handle_with(
-        &p,
-        &config,
-        &manual,
-        &b.ctx("manual"),
-        i64::MAX,
-        Some(&*queue),
-    )
-    .await
-    .unwrap();
+    let r = invoke(&b, &p, &config, &manual, &*queue, "manual").await;
     let manual_job = r.sources[0].fan_out.clone().unwrap().job;
     // Its merger dies: the claim is taken and never released.
     claim_merge_and_die(&b, &manual_job, "dead").await;
@@ -396,16 +357,7 @@ async fn split_windows_left_behind_are_looked_after_by_scheduled_runs(b: Backend
     // The scheduled window is split too; its parts are then lost before anyone checks them.
     b.clock
         .advance((SystemClock.now_ms() - b.clock.now_ms()).max(0) + 60_000);
-    let (first, _) = reconcile::handle_with(
-        &p,
-        &config,
-        &scheduled,
-        &b.ctx("s1"),
-        i64::MAX,
-        Some(&*queue),
-    )
-    .await
-    .unwrap();
+    let first = invoke(&b, &p, &config, &scheduled, &*queue, "s1").await;
     let lost_job = first.sources[0].fan_out.clone().expect("split").job;
     loop {
         let taken = queue.receive(10, 60_000, 200).await.unwrap();
@@ -418,16 +370,7 @@ async fn split_windows_left_behind_are_looked_after_by_scheduled_runs(b: Backend
     }
     // The manual merge is done by the next scheduled run once the dead claim ran out.
     b.clock.advance(2_000);
-    let (second, _) = reconcile::handle_with(
-        &p,
-        &config,
-        &scheduled,
-        &b.ctx("s2"),
-        i64::MAX,
-        Some(&*queue),
-    )
-    .await
-    .unwrap();
+    let second = invoke(&b, &p, &config, &scheduled, &*queue, "s2").await;
     let (j, _) = b.ledger.get_job(&manual_job).await.unwrap().unwrap();
     assert!(
         j.plan.merged.is_some(),
@@ -447,16 +390,7 @@ async fn split_windows_left_behind_are_looked_after_by_scheduled_runs(b: Backend
     // A day later the lost split is abandoned and the window split again; its new parts are
     // checked and merged, and the window is closed.
     b.clock.advance(parts::ABANDON_AFTER_MS + 1);
-    let (third, _) = reconcile::handle_with(
-        &p,
-        &config,
-        &scheduled,
-        &b.ctx("s3"),
-        i64::MAX,
-        Some(&*queue),
-    )
-    .await
-    .unwrap();
+    let third = invoke(&b, &p, &config, &scheduled, &*queue, "s3").await;
     let again = third.sources[0].fan_out.clone().expect("split again").job;
     assert_ne!(again, lost_job);
     let report = merged(&b, &p, queue, &again).await;

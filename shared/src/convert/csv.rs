@@ -1,33 +1,44 @@
-//! CSV → record batches with arrow-csv's push decoder, with physical line numbers.
+//! CSV → record batches, each field split once and parsed straight into its column,
+//! with physical line numbers.
 //!
-//! arrow-csv's own error positions count records, not lines (blank lines and newlines
-//! inside quotes are not counted), are 0-based counting the header for a bad value but
-//! 1-based for a wrong field count or bad UTF-8, and are missing for decimals. So this
-//! module feeds the decoder itself, keeping the bytes of the batch in progress (one
-//! batch at most), and when a batch fails it re-decodes them one record at a time, and
-//! the failing record one column at a time, to name the line, the column and the value.
+//! A [`Scan`] of the CSV structure, which mirrors csv-core's state machine, reads the bytes
+//! of a batch (one batch at most is kept) and notes where every field's text is
+//! ([`Spans`]). It knows where each record ends, so that a batch is closed after
+//! [`ConvertSpec::batch_bytes`] at a record boundary and a record longer than
+//! [`ConvertSpec::max_record_bytes`] is refused before it is buffered whole; and it refuses
+//! what csv-core reads leniently: text after a closing quote (`"abc"x`, which csv-core
+//! reads as `abcx`) and a quoted field still open at the end of the input (which csv-core
+//! closes silently, swallowing the rest of the file into one field). A quote inside an
+//! unquoted field (`ab"c`) is kept as a character, as every lenient reader does: nothing
+//! is lost or changed.
 //!
-//! The bytes are fed through a [`Scan`] of the CSV structure first, which mirrors
-//! csv-core's state machine. It knows where each record ends, so that a batch can be
-//! closed after [`ConvertSpec::batch_bytes`] at a record boundary and a record longer than
-//! [`ConvertSpec::max_record_bytes`] is refused before arrow-csv buffers it (neither has a
-//! limit of its own); and it refuses what csv-core reads leniently: text after a closing
-//! quote (`"abc"x`, which csv-core reads as `abcx`) and a quoted field still open at the
-//! end of the input (which csv-core closes silently, swallowing the rest of the file
-//! into one field). A quote inside an unquoted field (`ab"c`) is kept as a character, as
-//! every lenient reader does: nothing is lost or changed.
+//! A clean batch is then built from those fields in one pass per column
+//! ([`CsvBatches::fast_batch`]), reading only spellings on which it cannot differ from
+//! arrow-csv. Any other batch — a value that does not parse, a wrong field count, invalid
+//! UTF-8, an unusual spelling — goes to arrow-csv's decoder, as every batch once did; when
+//! that fails it re-decodes the batch one record at a time, and the failing record one
+//! column at a time, to name the line, the column and the value (arrow-csv's own error
+//! positions count records, not lines, are 0-based counting the header for a bad value but
+//! 1-based for a wrong field count or bad UTF-8, and are missing for decimals). A test
+//! reads random files of every type both ways and requires identical Parquet, rejects
+//! and errors.
 //!
-//! Decimal, date and timestamp columns are decoded as text and read by [`super::value`],
-//! which refuses what arrow-csv would round, truncate or drop; float columns are checked
-//! for numbers too large for the type (read as infinity).
+//! Decimal, date and timestamp columns are read by [`super::value`], which refuses what
+//! arrow-csv would round, truncate or drop; float columns are checked for numbers too
+//! large for the type (read as infinity).
 
+use std::borrow::Cow;
 use std::io::BufRead;
 use std::sync::Arc;
 
+use arrow_array::builder::{BooleanBuilder, PrimitiveBuilder, StringBuilder};
 use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    ArrowPrimitiveType, Date32Type, Decimal128Type, Int32Type, Int64Type, TimestampMicrosecondType,
+};
 use arrow_array::types::{Float32Type, Float64Type};
 use arrow_array::{
-    Array, ArrayRef, Date32Array, Decimal128Array, RecordBatch, StringArray,
+    Array, ArrayRef, Date32Array, Decimal128Array, PrimitiveArray, RecordBatch, StringArray,
     TimestampMicrosecondArray,
 };
 use arrow_cast::parse::Parser;
@@ -60,11 +71,16 @@ pub(super) struct CsvBatches<R> {
     read_schema: SchemaRef,
     /// All fields nullable text: decodes any record with the right number of fields.
     text_schema: SchemaRef,
-    decoder: Decoder,
-    /// `decoder` has not been fed yet (see [`decode`]).
-    fresh: bool,
     /// Bytes of the records of the batch in progress (or of the header).
     raw: Vec<u8>,
+    /// Where the fields of the records in `raw` are, as the scan found them.
+    spans: Spans,
+    /// Whether the dialect lets [`Self::fast_batch`] read fields from `spans`: delimiter,
+    /// quote and escape are distinct ASCII bytes other than line terminators.
+    plain_dialect: bool,
+    /// Always decode with arrow-csv (tests compare the two paths).
+    #[cfg(test)]
+    arrow_only: bool,
     /// Newlines before `raw`.
     line: u64,
     /// The structure of the bytes fed so far.
@@ -73,23 +89,17 @@ pub(super) struct CsvBatches<R> {
     rejects: RejectLog,
 }
 
-/// Why feeding the decoder stopped short.
+/// Why reading the records of a batch stopped short.
 enum Fill {
-    /// arrow-csv refused the bytes (a wrong number of fields) or the input failed.
-    Arrow(ArrowError),
+    /// The input failed.
+    Io(std::io::Error),
     /// The scan found malformed CSV in the record starting at this offset of `raw`.
     Malformed(usize, ConvertError),
 }
 
 impl From<std::io::Error> for Fill {
     fn from(e: std::io::Error) -> Self {
-        Fill::Arrow(e.into())
-    }
-}
-
-impl From<ArrowError> for Fill {
-    fn from(e: ArrowError) -> Self {
-        Fill::Arrow(e)
+        Fill::Io(e)
     }
 }
 
@@ -125,6 +135,15 @@ impl<R: BufRead> CsvBatches<R> {
             })
             .collect();
         let read_schema = Arc::new(Schema::new(read_fields));
+        let special = [Some(options.delimiter), Some(options.quote), options.escape];
+        let plain_dialect = special
+            .iter()
+            .flatten()
+            .all(|b| b.is_ascii() && !matches!(b, b'\r' | b'\n'))
+            && options.delimiter != options.quote
+            && options
+                .escape
+                .is_none_or(|e| e != options.quote && e != options.delimiter);
         let mut batches = Self {
             reader,
             options,
@@ -133,32 +152,29 @@ impl<R: BufRead> CsvBatches<R> {
             batch_bytes: spec.batch_bytes,
             max_record_bytes: spec.max_record_bytes,
             schema: spec.schema.clone(),
+            spans: Spans::new(types.len()),
             types,
-            decoder: builder(&options, read_schema.clone())
-                .with_batch_size(spec.batch_rows)
-                .build_decoder(),
-            fresh: true,
             decode_schema,
             read_schema,
             text_schema: Arc::new(Schema::new(text_fields)),
             raw: Vec::new(),
+            plain_dialect,
+            #[cfg(test)]
+            arrow_only: tests::ARROW_ONLY.get(),
             line: 0,
             scan: Scan::default(),
             rejects: RejectLog::new(spec.bad_rows),
         };
         if options.header {
-            let header = batches.single(batches.text_schema.clone());
-            let decoder = std::mem::replace(&mut batches.decoder, header);
-            let filled = batches.fill(usize::MAX);
-            batches.decoder = decoder;
-            batches.fresh = true;
-            match filled {
+            match batches.fill(usize::MAX, 1) {
                 Ok(()) => {}
-                Err(Fill::Arrow(e)) => {
-                    let line = batches.record_line(0);
-                    return Err(batches.field_count_error(line, "header: ", e));
-                }
+                Err(Fill::Io(e)) => return Err(e.into()),
                 Err(Fill::Malformed(_, e)) => return Err(e),
+            }
+            let mut header = batches.single(batches.text_schema.clone());
+            if let Err(e) = feed(&mut header, &batches.raw) {
+                let line = batches.record_line(0);
+                return Err(batches.field_count_error(line, "header: ", e));
             }
         }
         Ok(batches)
@@ -171,20 +187,14 @@ impl<R: BufRead> CsvBatches<R> {
             .build_decoder()
     }
 
-    /// Feeds the decoder whole records, keeping their bytes in `raw`, until it holds a
-    /// full batch, the records reach `budget` bytes, or the input ends.
-    fn fill(&mut self, budget: usize) -> Result<(), Fill> {
+    /// Reads whole records into `raw`, their fields into `spans`, until there are
+    /// `max_records` of them, they reach `budget` bytes, or the input ends.
+    fn fill(&mut self, budget: usize, max_records: usize) -> Result<(), Fill> {
+        self.spans.max_records = max_records;
         loop {
-            // A batch closes by bytes only once it has a record: no record means the end.
-            let has_records = self.decoder.capacity() < self.batch_rows;
-            if self.scan.state == State::StartRecord && self.raw.len() >= budget && has_records {
-                return Ok(());
-            }
             let buf = self.reader.fill_buf()?;
             if buf.is_empty() {
-                self.end_of_input()?;
-                decode(&mut self.decoder, &mut self.fresh, &[])?;
-                return Ok(());
+                return self.end_of_input();
             }
             let mut scan = self.scan;
             let found = scan.run(
@@ -193,64 +203,28 @@ impl<R: BufRead> CsvBatches<R> {
                 buf,
                 self.raw.len(),
                 budget,
+                &mut self.spans,
             );
-            let offer = match found {
-                Found::End => buf.len(),
-                Found::Boundary(n) => n,
-                Found::Malformed(n, message) => {
-                    self.raw.extend_from_slice(&buf[..n]);
-                    self.reader.consume(n);
-                    self.scan = scan;
-                    return Err(self.malformed(message));
-                }
-                Found::TooLong(n) => {
-                    self.raw.extend_from_slice(&buf[..n]);
-                    self.reader.consume(n);
-                    self.scan = scan;
-                    let message = format!(
+            let (n, failure) = match found {
+                Found::End => (buf.len(), None),
+                Found::Boundary(n) => (n, None),
+                Found::Malformed(n, message) => (n, Some(message.to_owned())),
+                Found::TooLong(n) => (
+                    n,
+                    Some(format!(
                         "the record is longer than the limit of {} bytes (max_record_bytes)",
                         self.max_record_bytes
-                    );
-                    return Err(self.malformed(message));
-                }
+                    )),
+                ),
             };
-            let result = decode(&mut self.decoder, &mut self.fresh, &buf[..offer]);
-            let taken = *result.as_ref().unwrap_or(&offer);
-            self.raw.extend_from_slice(&buf[..taken]);
-            if taken < offer {
-                // The batch is full, at a record boundary: scan just what was taken.
-                scan = self.scan;
-                let base = self.raw.len() - taken;
-                let rescanned =
-                    scan.run(&self.options, usize::MAX, &buf[..taken], base, usize::MAX);
-                if !matches!(rescanned, Found::End) || scan.state != State::StartRecord {
-                    // csv-core and the scan disagree: a bug, never a silent misreading.
-                    let message = "internal error: the CSV scan lost track of the records";
-                    self.reader.consume(taken);
-                    return Err(Fill::Malformed(
-                        self.raw.len(),
-                        ConvertError::parse(Some(self.record_line(self.raw.len())), None, message),
-                    ));
-                }
-            }
-            self.reader.consume(taken);
+            self.raw.extend_from_slice(&buf[..n]);
+            self.reader.consume(n);
             self.scan = scan;
-            result?;
-            if self.decoder.capacity() == 0 {
-                return Ok(());
+            if let Some(message) = failure {
+                return Err(self.malformed(message));
             }
             if matches!(found, Found::Boundary(_)) {
-                if self.decoder.capacity() < self.batch_rows {
-                    return Ok(());
-                }
-                // The scan saw a record end where csv-core saw none: never end the input
-                // early over it.
-                let message = "internal error: the CSV scan lost track of the records";
-                let line = self.record_line(self.raw.len());
-                return Err(Fill::Malformed(
-                    self.raw.len(),
-                    ConvertError::parse(Some(line), None, message),
-                ));
+                return Ok(());
             }
         }
     }
@@ -260,6 +234,13 @@ impl<R: BufRead> CsvBatches<R> {
         if matches!(self.scan.state, State::Quoted | State::Escaped) {
             let message = "a quoted field is still open at the end of the input";
             return Err(self.malformed(message));
+        }
+        if self.scan.state != State::StartRecord {
+            let closing_quote = usize::from(self.scan.state == State::QuoteEnd);
+            let end = self.raw.len() - closing_quote;
+            self.spans
+                .push(self.scan.field_start, end, self.scan.unescape);
+            self.spans.end_record(self.scan.field + 1);
         }
         self.scan.state = State::StartRecord;
         Ok(())
@@ -427,53 +408,25 @@ impl<R: BufRead> CsvBatches<R> {
     fn record_extent(&self, offset: usize, end: usize) -> usize {
         let mut scan = Scan::default();
         let bytes = &self.raw[offset..end];
-        match scan.run(&self.options, usize::MAX, bytes, offset, offset + 1) {
+        let mut spans = Spans::new(self.types.len());
+        match scan.run(
+            &self.options,
+            usize::MAX,
+            bytes,
+            offset,
+            offset + 1,
+            &mut spans,
+        ) {
             Found::Boundary(n) => n,
             _ => bytes.len(),
         }
     }
 
-    /// Reads on to the end of the record the scan is in, keeping its bytes in `raw`.
-    fn finish_record(&mut self) -> Result<(), Fill> {
-        while self.scan.state != State::StartRecord {
-            let buf = self.reader.fill_buf()?;
-            if buf.is_empty() {
-                return self.end_of_input();
-            }
-            let mut scan = self.scan;
-            let base = self.raw.len();
-            let found = scan.run(&self.options, self.max_record_bytes, buf, base, base + 1);
-            let (n, failure) = match found {
-                Found::End => (buf.len(), None),
-                Found::Boundary(n) => (n, None),
-                Found::Malformed(n, message) => (n, Some(message.to_owned())),
-                Found::TooLong(n) => (
-                    n,
-                    Some(format!(
-                        "the record is longer than the limit of {} bytes (max_record_bytes)",
-                        self.max_record_bytes
-                    )),
-                ),
-            };
-            self.raw.extend_from_slice(&buf[..n]);
-            self.reader.consume(n);
-            self.scan = scan;
-            if let Some(message) = failure {
-                return Err(self.malformed(message));
-            }
-        }
-        Ok(())
-    }
-
     /// Policy reject: the records of `raw` sorted into bad ones, set aside, and good ones,
     /// returned as one batch (of no rows if none is good). Ranges of records are decoded
     /// together and halved while they fail, so that a batch with a few bad records costs a
-    /// few decodes of it, not one per record. The decoder starts afresh for the next batch.
+    /// few decodes of it, not one per record.
     fn sort_records(&mut self) -> Result<RecordBatch, ConvertError> {
-        self.decoder = builder(&self.options, self.read_schema.clone())
-            .with_batch_size(self.batch_rows)
-            .build_decoder();
-        self.fresh = true;
         // Each record: its bytes in `raw` and the line it starts on.
         let end = self.raw.len();
         let mut records = Vec::new();
@@ -564,7 +517,15 @@ impl<R: BufRead> CsvBatches<R> {
     fn invalid_utf8(&self, offset: usize, at: usize, line: u64) -> ConvertError {
         let mut scan = Scan::default();
         let bytes = &self.raw[offset..offset + at];
-        scan.run(&self.options, usize::MAX, bytes, offset, usize::MAX);
+        let mut spans = Spans::new(self.types.len());
+        scan.run(
+            &self.options,
+            usize::MAX,
+            bytes,
+            offset,
+            usize::MAX,
+            &mut spans,
+        );
         let column = self.schema.fields().get(scan.field);
         ConvertError::parse(
             Some(line),
@@ -668,33 +629,26 @@ impl<R: BufRead> Batches for CsvBatches<R> {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
         self.line += newlines(&self.raw);
         self.raw.clear();
+        self.spans.clear();
         self.scan.record_start = 0;
-        match self.fill(self.batch_bytes) {
+        match self.fill(self.batch_bytes, self.batch_rows) {
             Ok(()) => {}
-            Err(Fill::Arrow(ArrowError::IoError(_, e))) => return Err(e.into()),
-            Err(Fill::Arrow(_)) if self.rejects.rejects() => {
-                // arrow-csv refused a record part-way through the bytes it was given: read
-                // on to the end of the record the scan is in, and sort what was read.
-                return match self.finish_record() {
-                    Ok(()) => self.sort_records().map(Some),
-                    Err(Fill::Arrow(ArrowError::IoError(_, e))) => Err(e.into()),
-                    Err(Fill::Arrow(e)) => Err(ConvertError::parse(None, None, arrow_message(e))),
-                    Err(Fill::Malformed(_, e)) => Err(e),
-                };
-            }
-            Err(Fill::Arrow(e)) => {
-                let fallback = ConvertError::parse(None, None, arrow_message(e));
-                return Err(self.first_error(self.raw.len()).unwrap_or(fallback));
-            }
+            Err(Fill::Io(e)) => return Err(e.into()),
             // Malformed CSV fails the object under either policy; rows rejected before it
             // do not matter then, but under policy fail an error in an earlier record of
             // the batch comes first.
             Err(Fill::Malformed(_, e)) if self.rejects.rejects() => return Err(e),
             Err(Fill::Malformed(start, e)) => return Err(self.first_error(start).unwrap_or(e)),
         }
+        if self.spans.records == 0 {
+            return Ok(None);
+        }
+        if let Some(batch) = self.fast_batch() {
+            return Ok(Some(batch));
+        }
         match self.decode_batch() {
-            Ok(batch) => Ok(batch),
-            Err(ConvertError::Parse { .. }) if self.rejects.rejects() && !self.raw.is_empty() => {
+            Ok(batch) => Ok(Some(batch)),
+            Err(ConvertError::Parse { .. }) if self.rejects.rejects() => {
                 self.sort_records().map(Some)
             }
             Err(e) => Err(e),
@@ -707,8 +661,9 @@ impl<R: BufRead> Batches for CsvBatches<R> {
 }
 
 impl<R: BufRead> CsvBatches<R> {
-    /// The batch of the records in `raw`, fed to the decoder, checked.
-    fn decode_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
+    /// The records in `raw` decoded by arrow-csv and checked: the path of a batch that
+    /// [`Self::fast_batch`] declines, which names the first bad record under policy fail.
+    fn decode_batch(&mut self) -> Result<RecordBatch, ConvertError> {
         // Before arrow-csv builds strings: it checks UTF-8 on the concatenated fields only,
         // so `a\xDA,\x92b` passes as one character split across two fields and becomes two
         // strings of invalid UTF-8. Delimiters, quotes and terminators are ASCII, so whole
@@ -717,10 +672,30 @@ impl<R: BufRead> CsvBatches<R> {
             let fallback = ConvertError::parse(None, None, "invalid UTF-8");
             return Err(self.diagnosed(fallback));
         }
-        let batch = match self.decoder.flush() {
-            Ok(Some(batch)) => batch,
-            Ok(None) => return Ok(None),
-            Err(ArrowError::IoError(_, e)) => return Err(e.into()),
+        // Room for one record more than the scan found, so that csv-core reads the line
+        // terminators after the last one too (and a record the scan missed shows).
+        let mut decoder = builder(&self.options, self.read_schema.clone())
+            .with_batch_size(self.spans.records + 1)
+            .build_decoder();
+        let fed = decode(&mut decoder, &mut true, &self.raw).and_then(|taken| {
+            decoder.decode(&[])?;
+            Ok(taken)
+        });
+        let batch = match fed.and_then(|taken| Ok((taken, decoder.flush()?))) {
+            Ok((taken, Some(batch)))
+                if taken == self.raw.len() && batch.num_rows() == self.spans.records =>
+            {
+                batch
+            }
+            Ok(_) => {
+                // The scan and csv-core disagree on the records: a bug, never a misreading.
+                let message = "internal error: the CSV scan lost track of the records";
+                return Err(ConvertError::parse(
+                    Some(self.record_line(0)),
+                    None,
+                    message,
+                ));
+            }
             Err(e) => {
                 let fallback = ConvertError::parse(None, None, arrow_message(e));
                 return Err(self.diagnosed(fallback));
@@ -746,7 +721,7 @@ impl<R: BufRead> CsvBatches<R> {
                 ConvertError::parse(None, Some(name), "missing value in a non-nullable column");
             return Err(self.diagnosed(fallback));
         }
-        Ok(Some(batch))
+        Ok(batch)
     }
 
     /// The error of the batch: that of its first bad record under policy fail; under
@@ -757,6 +732,224 @@ impl<R: BufRead> CsvBatches<R> {
         }
         self.first_error(self.raw.len()).unwrap_or(fallback)
     }
+
+    /// The records in `raw` read straight from the fields the scan found, each value
+    /// parsed once into its column: the path of every clean batch. It reads only what it
+    /// is sure arrow-csv and [`value`] read to the same value (plain integers and floats,
+    /// `true` / `false`, text, and the exact readers' own values) and declines the batch
+    /// (`None`) at anything else — a wrong field count, a value that does not parse, a
+    /// NULL where none is allowed, invalid UTF-8 — leaving it to [`Self::decode_batch`],
+    /// which accepts or refuses it with the same messages as ever.
+    fn fast_batch(&self) -> Option<RecordBatch> {
+        #[cfg(test)]
+        if self.arrow_only {
+            return None;
+        }
+        let rows = self.spans.records;
+        let width = self.types.len();
+        if !self.plain_dialect || self.spans.irregular || self.spans.fields.len() != rows * width {
+            return None;
+        }
+        let columns = (0..width)
+            .map(|c| {
+                let fields = self.spans.fields[c..].iter().step_by(width);
+                self.fast_column(c, fields, rows)
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let batch = RecordBatch::try_new(self.decode_schema.clone(), columns).ok();
+        #[cfg(test)]
+        tests::FAST_BATCHES.set(tests::FAST_BATCHES.get() + usize::from(batch.is_some()));
+        batch
+    }
+
+    /// Column `c` of the batch from its fields, or `None` to decline (see
+    /// [`Self::fast_batch`]).
+    fn fast_column<'a>(
+        &self,
+        c: usize,
+        fields: impl Iterator<Item = &'a (u32, u32)>,
+        rows: usize,
+    ) -> Option<ArrayRef> {
+        let ty = self.types[c];
+        let nullable = self.schema.field(c).is_nullable();
+        let raw = &self.raw;
+        let options = &self.options;
+        // The text of each field (`None`: empty, a NULL), unescaped only where needed.
+        let texts = fields.map(move |&(start, end)| {
+            let (start, end, unescape) = Spans::unpack(start, end);
+            let bytes = raw.get(start..end)?;
+            if bytes.is_empty() {
+                return Some(None);
+            }
+            let text = if unescape {
+                Cow::Owned(String::from_utf8(unquote(bytes, options)).ok()?)
+            } else {
+                Cow::Borrowed(std::str::from_utf8(bytes).ok()?)
+            };
+            Some(Some(text))
+        });
+        Some(match ty {
+            ColumnType::String => {
+                let keep = self.empty_strings == EmptyStrings::Empty;
+                let mut builder = StringBuilder::with_capacity(rows, 0);
+                for text in texts {
+                    match text? {
+                        Some(text) => builder.append_value(text),
+                        None if keep => builder.append_value(""),
+                        None if nullable => builder.append_null(),
+                        None => return None,
+                    }
+                }
+                Arc::new(builder.finish()) as ArrayRef
+            }
+            ColumnType::Int64 => Arc::new(primitive::<Int64Type>(
+                texts,
+                nullable,
+                rows,
+                plain_integer,
+            )?),
+            ColumnType::Int32 => Arc::new(primitive::<Int32Type>(texts, nullable, rows, |t| {
+                i32::try_from(plain_integer(t)?).ok()
+            })?),
+            ColumnType::Float64 => Arc::new(primitive::<Float64Type>(
+                texts,
+                nullable,
+                rows,
+                plain_float,
+            )?),
+            ColumnType::Float32 => Arc::new(primitive::<Float32Type>(
+                texts,
+                nullable,
+                rows,
+                plain_float,
+            )?),
+            ColumnType::Bool => {
+                let mut builder = BooleanBuilder::with_capacity(rows);
+                for text in texts {
+                    match text? {
+                        Some(t) if t.eq_ignore_ascii_case("true") => builder.append_value(true),
+                        Some(t) if t.eq_ignore_ascii_case("false") => builder.append_value(false),
+                        None if nullable => builder.append_null(),
+                        _ => return None,
+                    }
+                }
+                Arc::new(builder.finish())
+            }
+            ColumnType::Decimal { precision, scale } => Arc::new(
+                primitive::<Decimal128Type>(texts, nullable, rows, |t| {
+                    value::decimal(t, precision, scale.unsigned_abs()).ok()
+                })?
+                .with_precision_and_scale(precision, scale)
+                .ok()?,
+            ),
+            ColumnType::Date => Arc::new(primitive::<Date32Type>(texts, nullable, rows, |t| {
+                value::date(t).ok()
+            })?),
+            ColumnType::Timestamp => Arc::new(
+                primitive::<TimestampMicrosecondType>(texts, nullable, rows, |t| {
+                    value::timestamp(t).ok()
+                })?
+                .with_data_type(ty.to_arrow()),
+            ),
+        })
+    }
+}
+
+/// A column of type `T` of `texts` (`None`: decline; `Some(None)`: an empty field, a NULL),
+/// each value read by `read` (`None`: decline).
+fn primitive<'a, T: ArrowPrimitiveType>(
+    texts: impl Iterator<Item = Option<Option<Cow<'a, str>>>>,
+    nullable: bool,
+    rows: usize,
+    read: impl Fn(&str) -> Option<T::Native>,
+) -> Option<PrimitiveArray<T>> {
+    let mut builder = PrimitiveBuilder::<T>::with_capacity(rows);
+    for text in texts {
+        match text? {
+            Some(text) => builder.append_value(read(&text)?),
+            None if nullable => builder.append_null(),
+            None => return None,
+        }
+    }
+    Some(builder.finish())
+}
+
+/// The text of a quoted field with a doubled quote or an escape in it, as csv-core reads
+/// it: the byte after an escape, or the second quote of a pair, kept literally.
+fn unquote(bytes: &[u8], options: &CsvOptions) -> Vec<u8> {
+    let mut text = Vec::with_capacity(bytes.len());
+    let mut rest = bytes.iter();
+    while let Some(&b) = rest.next() {
+        if b == options.quote || Some(b) == options.escape {
+            text.extend(rest.next());
+        } else {
+            text.push(b);
+        }
+    }
+    text
+}
+
+/// `-?[0-9]{1,18}` as an integer: the spelling every reader reads alike (arrow-csv takes
+/// more, which [`CsvBatches::decode_batch`] then reads).
+fn plain_integer(text: &str) -> Option<i64> {
+    let (negative, digits) = match text.as_bytes() {
+        [b'-', digits @ ..] => (true, digits),
+        digits => (false, digits),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut value = 0i64;
+    for &b in digits {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value * 10 + i64::from(digit);
+    }
+    Some(if negative { -value } else { value })
+}
+
+/// `-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?` as a finite float, correctly rounded, as
+/// arrow-cast's parser reads it (an overflow to infinity is left to the checks of
+/// [`CsvBatches::decode_batch`]).
+fn plain_float<T: std::str::FromStr + Into<f64> + Copy>(text: &str) -> Option<T> {
+    let bytes = text.as_bytes();
+    let digits = |from: usize| {
+        bytes[from.min(bytes.len())..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let mut i = usize::from(bytes.first() == Some(&b'-'));
+    let whole = digits(i);
+    if whole == 0 {
+        return None;
+    }
+    i += whole;
+    if bytes.get(i) == Some(&b'.') {
+        let fraction = digits(i + 1);
+        if fraction == 0 {
+            return None;
+        }
+        i += 1 + fraction;
+    }
+    if matches!(bytes.get(i), Some(b'e' | b'E')) {
+        i += 1;
+        if matches!(bytes.get(i), Some(b'-' | b'+')) {
+            i += 1;
+        }
+        let exponent = digits(i);
+        if exponent == 0 {
+            return None;
+        }
+        i += exponent;
+    }
+    if i != bytes.len() {
+        return None;
+    }
+    let value: T = text.parse().ok()?;
+    value.into().is_finite().then_some(value)
 }
 
 /// Where the scan is in the CSV structure: csv-core's states, less the ones it passes
@@ -786,6 +979,69 @@ struct Scan {
     field: usize,
     /// Offset in `raw` of the first byte of the current record.
     record_start: usize,
+    /// Offset in `raw` of the first byte of the current field's text (after its quote).
+    field_start: usize,
+    /// Whether the current field holds a doubled quote or an escape.
+    unescape: bool,
+}
+
+/// The fields of the records a scan read: where each one's text is in `raw`, so that
+/// [`CsvBatches::fast_batch`] parses the values from there without splitting the records
+/// again.
+#[derive(Debug, Default)]
+struct Spans {
+    /// `(start, end)` in `raw` of each field's text (inside the quotes of a quoted field),
+    /// record after record; `end` has [`Spans::UNESCAPE`] set when the text holds a doubled
+    /// quote or an escape.
+    fields: Vec<(u32, u32)>,
+    /// Records ended.
+    records: usize,
+    /// Records after which the scan stops at the boundary.
+    max_records: usize,
+    /// Fields a record should have.
+    width: usize,
+    /// A record had another number of fields, or an offset does not fit in 31 bits:
+    /// `fields` does not describe the batch.
+    irregular: bool,
+}
+
+impl Spans {
+    const UNESCAPE: u32 = 1 << 31;
+
+    fn new(width: usize) -> Self {
+        Self {
+            width,
+            max_records: usize::MAX,
+            ..Self::default()
+        }
+    }
+
+    fn clear(&mut self) {
+        self.fields.clear();
+        self.records = 0;
+        self.irregular = false;
+    }
+
+    fn push(&mut self, start: usize, end: usize, unescape: bool) {
+        match (u32::try_from(start), u32::try_from(end)) {
+            (Ok(start), Ok(end)) if end < Self::UNESCAPE && !self.irregular => {
+                let flag = if unescape { Self::UNESCAPE } else { 0 };
+                self.fields.push((start, end | flag));
+            }
+            _ => self.irregular = true,
+        }
+    }
+
+    fn end_record(&mut self, fields: usize) {
+        self.records += 1;
+        self.irregular |= fields != self.width;
+    }
+
+    /// `(start, end, unescape)` of a field of `fields`.
+    fn unpack(start: u32, end: u32) -> (usize, usize, bool) {
+        let text_end = end & !Self::UNESCAPE;
+        (start as usize, text_end as usize, end != text_end)
+    }
 }
 
 /// Where a scan of a chunk stopped.
@@ -801,9 +1057,10 @@ enum Found {
 }
 
 impl Scan {
-    /// Scans `bytes`, which follow `base` bytes of `raw`, stopping at the first record
-    /// boundary at or past `budget` bytes of `raw`, at malformed CSV, or in a record
-    /// longer than `max_record` bytes.
+    /// Scans `bytes`, which follow `base` bytes of `raw`, noting its fields in `spans`,
+    /// stopping at the first record boundary at or past `budget` bytes of `raw` or after
+    /// `spans.max_records` records, at malformed CSV, or in a record longer than
+    /// `max_record` bytes.
     fn run(
         &mut self,
         o: &CsvOptions,
@@ -811,6 +1068,7 @@ impl Scan {
         bytes: &[u8],
         base: usize,
         budget: usize,
+        spans: &mut Spans,
     ) -> Found {
         let terminator = |b: u8| b == b'\n' || b == b'\r';
         // The bytes that end an unquoted (a quoted) field or change its state; all others
@@ -838,29 +1096,47 @@ impl Scan {
             }
             let b = bytes[i];
             i += 1;
+            let at = base + i - 1;
             if self.state == State::StartRecord {
                 if terminator(b) {
                     continue;
                 }
                 self.state = State::StartField;
                 self.field = 0;
-                self.record_start = base + i - 1;
+                self.record_start = at;
+                self.field_start = at;
+                self.unescape = false;
             }
             // The same order of tests as csv-core's NFA (quote, delimiter, terminator).
+            let field_end = || at - usize::from(self.state == State::QuoteEnd);
             self.state = match self.state {
-                State::StartField if b == o.quote => State::Quoted,
+                State::StartField if b == o.quote => {
+                    self.field_start = at + 1;
+                    State::Quoted
+                }
                 State::StartField | State::Unquoted | State::QuoteEnd if b == o.delimiter => {
+                    spans.push(self.field_start, field_end(), self.unescape);
                     self.field += 1;
+                    self.field_start = at + 1;
+                    self.unescape = false;
                     State::StartField
                 }
                 State::StartField | State::Unquoted | State::QuoteEnd if terminator(b) => {
+                    spans.push(self.field_start, field_end(), self.unescape);
+                    spans.end_record(self.field + 1);
                     State::StartRecord
                 }
                 State::StartField | State::Unquoted => State::Unquoted,
                 State::Quoted if b == o.quote => State::QuoteEnd,
-                State::Quoted if o.escape == Some(b) => State::Escaped,
+                State::Quoted if o.escape == Some(b) => {
+                    self.unescape = true;
+                    State::Escaped
+                }
                 State::Quoted | State::Escaped => State::Quoted,
-                State::QuoteEnd if b == o.quote => State::Quoted,
+                State::QuoteEnd if b == o.quote => {
+                    self.unescape = true;
+                    State::Quoted
+                }
                 State::QuoteEnd => {
                     return Found::Malformed(
                         i - 1,
@@ -870,7 +1146,7 @@ impl Scan {
                 State::StartRecord => unreachable!("left above"),
             };
             if self.state == State::StartRecord {
-                if base + i >= budget {
+                if base + i >= budget || spans.records >= spans.max_records {
                     return Found::Boundary(i);
                 }
             } else if base + i - self.record_start > max_record {
@@ -955,9 +1231,175 @@ fn newlines(bytes: &[u8]) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+
     use super::super::testutil::*;
-    use super::super::{ConvertError, InputFormat, convert};
+    use super::super::{BadRows, ConvertError, InputFormat, convert};
     use super::*;
+
+    thread_local! {
+        /// Makes the decoders of this thread decode every batch with arrow-csv.
+        pub(super) static ARROW_ONLY: Cell<bool> = const { Cell::new(false) };
+        /// Batches this thread's decoders read from the scan's fields.
+        pub(super) static FAST_BATCHES: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Reads every batch from the scan's fields where it can and with arrow-csv where it
+    /// cannot: on random files of every column type, with every spelling the two might
+    /// read differently, both give byte-identical Parquet, the same sums and rejects, or
+    /// the same error.
+    #[test]
+    fn fields_read_once_agree_with_arrow_csv() {
+        const VALUES: [&[&str]; 9] = [
+            &[
+                "0",
+                "-5",
+                "007",
+                "+5",
+                "123456789012345678",
+                "9223372036854775807",
+                "-9223372036854775808",
+                "92233720368547758070",
+                "1.0",
+                " 1",
+                "x",
+                "",
+            ],
+            &[
+                "1",
+                "-2147483648",
+                "2147483647",
+                "2147483648",
+                "-0",
+                "1e3",
+                "",
+            ],
+            &[
+                "1.50",
+                "-0.01",
+                "1.005",
+                "1e2",
+                "12345678901.23",
+                "0",
+                ".5",
+                "abc",
+                "",
+            ],
+            &[
+                "1.5",
+                "-0.0",
+                "1e5",
+                "1E-5",
+                "1.",
+                ".5",
+                "inf",
+                "NaN",
+                "1e400",
+                "0.1",
+                "123456789012345678901234567890",
+                "-infinity",
+                "2.5e-310",
+                "",
+            ],
+            &["1.5", "3.4028236e38", "1e-46", "0.1", "16777217", ""],
+            &[
+                "plain",
+                "with, comma",
+                "say \"hi\"",
+                "two\nlines",
+                "é ü 😀",
+                " padded ",
+                "",
+            ],
+            &["true", "FALSE", "True", "yes", "1", ""],
+            &["2024-01-02", "2024-02-30", "2024-1-2", ""],
+            &[
+                "2024-01-02T03:04:05.123Z",
+                "2024-01-02 03:04:05",
+                "2024-01-02T03:04:05+01:00",
+                "2024-01-02T03:04:05.1234567Z",
+                "x",
+                "",
+            ],
+        ];
+        let columns = r#"[
+            {"name": "i64", "type": "int64"}, {"name": "i32", "type": "int32", "nullable": false},
+            {"name": "dec", "type": "decimal(12,2)"}, {"name": "f64", "type": "float64"},
+            {"name": "f32", "type": "float32"}, {"name": "s", "type": "string"},
+            {"name": "b", "type": "bool"}, {"name": "d", "type": "date"},
+            {"name": "t", "type": "timestamp"}]"#;
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let convert_with = |input: &[u8], spec: &ConvertSpec, arrow_only: bool| {
+            ARROW_ONLY.set(arrow_only);
+            let mut out = Vec::new();
+            let result = convert(input, spec, &mut out);
+            ARROW_ONLY.set(false);
+            result
+                .map(|stats| (format!("{:?} {:?}", stats.sums, stats.rejects), out))
+                .map_err(|e| e.to_string())
+        };
+        let (mut clean, mut failed) = (0, 0);
+        FAST_BATCHES.set(0);
+        for round in 0..2000 {
+            let rows = 1 + next() % 12;
+            let mut input = String::from("i64,i32,dec,f64,f32,s,b,d,t\n");
+            for _ in 0..rows {
+                let width = if next() % 50 == 0 { 8 } else { 9 };
+                let fields: Vec<String> = VALUES[..width]
+                    .iter()
+                    .map(|values| {
+                        // Mostly the first (clean) values, so that many files are clean.
+                        let pick = if next() % 4 == 0 {
+                            next() as usize % values.len()
+                        } else {
+                            next() as usize % 2
+                        };
+                        let value = values[pick];
+                        if next() % 5 == 0 || value.contains([',', '"', '\n']) {
+                            format!("\"{}\"", value.replace('"', "\"\""))
+                        } else {
+                            value.to_owned()
+                        }
+                    })
+                    .collect();
+                input.push_str(&fields.join(","));
+                input.push_str(if next() % 3 == 0 { "\r\n" } else { "\n" });
+            }
+            let mut spec = csv_spec(columns);
+            spec.batch_rows = 1 + (next() % 8) as usize;
+            spec.batch_bytes = 1 + (next() % 400) as usize;
+            spec.sum_columns = ["i64", "i32", "dec", "f64"].map(String::from).into();
+            if round % 2 == 0 {
+                spec.bad_rows = BadRows::Reject { max: 100 };
+            }
+            if round % 3 == 0 {
+                spec.empty_strings = EmptyStrings::Empty;
+            }
+            let fast = convert_with(input.as_bytes(), &spec, false);
+            let arrow = convert_with(input.as_bytes(), &spec, true);
+            assert!(
+                fast == arrow,
+                "{input:?} {spec:?}: {:?} against {:?}",
+                fast.map(|f| f.0),
+                arrow.map(|a| a.0)
+            );
+            if fast.is_ok() {
+                clean += 1
+            } else {
+                failed += 1
+            }
+        }
+        assert!(
+            clean > 500 && failed > 300,
+            "{clean} converted, {failed} failed"
+        );
+    }
 
     const ABC: &str = r#"[{"name":"a","type":"int32"},{"name":"b","type":"string"},{"name":"c","type":"decimal(12,2)"}]"#;
 

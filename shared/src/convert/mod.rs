@@ -42,7 +42,8 @@ use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::ZstdLevel;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
+use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
 use crate::schema::ColumnType;
@@ -184,6 +185,9 @@ pub struct ConvertSpec {
     pub zstd_level: i32,
     /// What a row that does not decode does (default [`BadRows::Fail`]).
     pub bad_rows: BadRows,
+    /// Threads of [`convert`]: with 2 or more, one decodes while another encodes the
+    /// batch before (default: 2 when the process may run on more than one CPU, else 1).
+    pub threads: usize,
 }
 
 impl ConvertSpec {
@@ -203,6 +207,7 @@ impl ConvertSpec {
             csv_columns: CsvColumns::ByPosition,
             zstd_level: 3,
             bad_rows: BadRows::Fail,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
         }
     }
 }
@@ -376,6 +381,173 @@ pub fn convert<R: Read, W: Write + Send>(
     spec: &ConvertSpec,
     output: W,
 ) -> Result<ConvertStats, ConvertError> {
+    let mut encoder = Encoder::new(output, spec)?;
+    if spec.threads < 2 {
+        let mut stats = decode(input, spec, |batch| encoder.write(batch))?;
+        stats.row_groups = encoder.close()?;
+        return Ok(stats);
+    }
+    // Two threads: this one decodes while the other encodes the batch before. One batch
+    // waits between them at most, so memory grows by a batch, not by the file.
+    std::thread::scope(|scope| {
+        let (send, receive) = std::sync::mpsc::sync_channel::<Option<RecordBatch>>(1);
+        let encoding = scope.spawn(move || -> Result<Option<usize>, ConvertError> {
+            for batch in receive {
+                match batch {
+                    Some(batch) => encoder.write(&batch)?,
+                    None => return encoder.close().map(Some),
+                }
+            }
+            Ok(None) // decoding failed: the file is abandoned, not finished
+        });
+        let decoded = decode(input, spec, |batch| {
+            send.send(Some(batch.clone()))
+                .map_err(|_| ConvertError::Encode {
+                    message: "the encoder stopped".into(),
+                })
+        });
+        if decoded.is_ok() {
+            let _ = send.send(None);
+        }
+        drop(send);
+        let encoded = encoding
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        match (decoded, encoded) {
+            (_, Err(e)) => Err(e),
+            (Err(e), Ok(_)) => Err(e),
+            (Ok(mut stats), Ok(row_groups)) => {
+                stats.row_groups = row_groups.unwrap_or_default();
+                Ok(stats)
+            }
+        }
+    })
+}
+
+/// The Parquet writer of [`convert`], made when the first rows arrive so that each column's
+/// encoding is chosen from them (see [`column_choices`]).
+struct Encoder<'s, W: Write + Send> {
+    spec: &'s ConvertSpec,
+    output: Option<W>,
+    writer: Option<ArrowWriter<W>>,
+}
+
+impl<'s, W: Write + Send> Encoder<'s, W> {
+    /// Checks what of the spec the writer uses, before any input is read.
+    fn new(output: W, spec: &'s ConvertSpec) -> Result<Self, ConvertError> {
+        writer_properties(spec, MAX_ROW_GROUP_BYTES)?;
+        Ok(Self {
+            spec,
+            output: Some(output),
+            writer: None,
+        })
+    }
+
+    fn writer(&mut self, first: Option<&RecordBatch>) -> Result<&mut ArrowWriter<W>, ConvertError> {
+        if let Some(output) = self.output.take() {
+            let mut properties = writer_builder(self.spec, MAX_ROW_GROUP_BYTES)?;
+            if let Some(batch) = first {
+                properties = column_choices(properties, batch);
+            }
+            self.writer = Some(ArrowWriter::try_new(
+                output,
+                self.spec.schema.clone(),
+                Some(properties.build()),
+            )?);
+        }
+        Ok(self.writer.as_mut().expect("made above"))
+    }
+
+    fn write(&mut self, batch: &RecordBatch) -> Result<(), ConvertError> {
+        if batch.num_rows() == 0 && self.writer.is_none() {
+            return Ok(()); // choose from rows, not from a batch whose rows were all rejected
+        }
+        self.writer(Some(batch))?.write(batch)?;
+        Ok(())
+    }
+
+    /// Finishes the file; returns its number of row groups.
+    fn close(mut self) -> Result<usize, ConvertError> {
+        self.writer(None)?;
+        let writer = self.writer.expect("made above");
+        Ok(writer.close()?.num_row_groups())
+    }
+}
+
+/// Rows of the first batch below which its values say too little to turn a column's
+/// dictionary off.
+const CHOICE_MIN_ROWS: usize = 1_000;
+
+/// Share of distinct values in the first batch above which a column is written without a
+/// dictionary: a dictionary of mostly distinct values costs the time to build it and then
+/// falls back to plain encoding anyway when it reaches its page limit.
+const CHOICE_DISTINCT: f64 = 0.5;
+
+/// `properties` with each column's encoding chosen from `batch`, the first rows of the
+/// file: no dictionary for a column whose values are mostly distinct.
+fn column_choices(
+    mut properties: WriterPropertiesBuilder,
+    batch: &RecordBatch,
+) -> WriterPropertiesBuilder {
+    let rows = batch.num_rows();
+    if rows < CHOICE_MIN_ROWS {
+        return properties;
+    }
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        let distinct = distinct_share(column.as_ref());
+        if distinct.is_some_and(|share| share > CHOICE_DISTINCT) {
+            let path = ColumnPath::from(field.name().as_str());
+            properties = properties.set_column_dictionary_enabled(path, false);
+        }
+    }
+    properties
+}
+
+/// The share of distinct values among the non-NULL values of `column` (`None`: a type
+/// whose dictionary is left on, or no values).
+fn distinct_share(column: &dyn arrow_array::Array) -> Option<f64> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Date32Type, Int32Type, Int64Type, TimestampMicrosecondType};
+    use std::hash::{BuildHasher, Hash};
+
+    let hasher = std::hash::RandomState::new();
+    let mut seen = HashSet::new();
+    let mut add = |value: &dyn Fn(&mut std::hash::DefaultHasher)| {
+        let mut h = hasher.build_hasher();
+        value(&mut h);
+        seen.insert(std::hash::Hasher::finish(&h));
+    };
+    let values = column.len() - column.null_count();
+    if values == 0 {
+        return None;
+    }
+    if let Some(a) = column.as_string_opt::<i32>() {
+        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
+    } else if let Some(a) = column.as_primitive_opt::<Int64Type>() {
+        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
+    } else if let Some(a) = column.as_primitive_opt::<TimestampMicrosecondType>() {
+        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
+    } else if let Some(a) = column.as_primitive_opt::<Int32Type>() {
+        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
+    } else if let Some(a) = column.as_primitive_opt::<Date32Type>() {
+        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
+    } else if let Some(a) = column.as_primitive_opt::<arrow_array::types::Float64Type>() {
+        a.iter()
+            .flatten()
+            .for_each(|v| add(&|h| v.to_bits().hash(h)));
+    } else if let Some(a) = column.as_primitive_opt::<arrow_array::types::Decimal128Type>() {
+        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
+    } else {
+        return None;
+    }
+    Some(seen.len() as f64 / values as f64)
+}
+
+/// The writer settings every output shares (`max_bytes`: row group size in bytes at most).
+fn writer_builder(
+    spec: &ConvertSpec,
+    max_bytes: usize,
+) -> Result<WriterPropertiesBuilder, ConvertError> {
     if spec.row_group_rows == 0 {
         return Err(ConvertError::invalid_spec(
             "row_group_rows must be positive",
@@ -383,17 +555,19 @@ pub fn convert<R: Read, W: Write + Send>(
     }
     let level = ZstdLevel::try_new(spec.zstd_level)
         .map_err(|e| ConvertError::invalid_spec(format!("zstd_level {}: {e}", spec.zstd_level)))?;
-    let properties = WriterProperties::builder()
+    Ok(WriterProperties::builder()
         .set_compression(parquet::basic::Compression::ZSTD(level))
         .set_max_row_group_row_count(Some(spec.row_group_rows))
-        .set_max_row_group_bytes(Some(MAX_ROW_GROUP_BYTES))
+        .set_max_row_group_bytes(Some(max_bytes))
         .set_dictionary_enabled(true)
-        .set_statistics_enabled(EnabledStatistics::Page)
-        .build();
-    let mut writer = ArrowWriter::try_new(output, spec.schema.clone(), Some(properties))?;
-    let mut stats = decode(input, spec, |batch| Ok(writer.write(batch)?))?;
-    stats.row_groups = writer.close()?.num_row_groups();
-    Ok(stats)
+        .set_statistics_enabled(EnabledStatistics::Page))
+}
+
+fn writer_properties(
+    spec: &ConvertSpec,
+    max_bytes: usize,
+) -> Result<WriterProperties, ConvertError> {
+    Ok(writer_builder(spec, max_bytes)?.build())
 }
 
 /// A row filter of [`convert_split`]: for each decoded batch, the rows to keep and the rows
@@ -413,23 +587,7 @@ pub fn convert_split<R: Read, W: Write + Send, A: Write + Send>(
     split: &mut Split<'_>,
     aside: Option<A>,
 ) -> Result<ConvertStats, ConvertError> {
-    let properties = |max_bytes| -> Result<WriterProperties, ConvertError> {
-        let level = ZstdLevel::try_new(spec.zstd_level).map_err(|e| {
-            ConvertError::invalid_spec(format!("zstd_level {}: {e}", spec.zstd_level))
-        })?;
-        Ok(WriterProperties::builder()
-            .set_compression(parquet::basic::Compression::ZSTD(level))
-            .set_max_row_group_row_count(Some(spec.row_group_rows.max(1)))
-            .set_max_row_group_bytes(Some(max_bytes))
-            .set_dictionary_enabled(true)
-            .set_statistics_enabled(EnabledStatistics::Page)
-            .build())
-    };
-    if spec.row_group_rows == 0 {
-        return Err(ConvertError::invalid_spec(
-            "row_group_rows must be positive",
-        ));
-    }
+    let properties = |max_bytes| writer_properties(spec, max_bytes);
     let mut writer = ArrowWriter::try_new(
         output,
         spec.schema.clone(),
@@ -1008,8 +1166,83 @@ mod tests {
                 Ok(())
             }
         }
-        let err = convert(ALL_TYPES_CSV.as_bytes(), &csv_spec(ALL_TYPES), Full).unwrap_err();
-        assert!(matches!(err, ConvertError::Encode { .. }), "{err:?}");
-        assert!(err.to_string().contains("disk full"), "{err}");
+        for threads in [1, 2] {
+            let mut spec = csv_spec(ALL_TYPES);
+            spec.threads = threads;
+            let err = convert(ALL_TYPES_CSV.as_bytes(), &spec, Full).unwrap_err();
+            assert!(matches!(err, ConvertError::Encode { .. }), "{err:?}");
+            assert!(err.to_string().contains("disk full"), "{err}");
+        }
+    }
+
+    /// `rows` lines of an id (distinct), a status (4 values) and a note (distinct text).
+    fn orders(rows: usize) -> (String, ConvertSpec) {
+        let mut csv = String::from("id,status,note\n");
+        for i in 0..rows {
+            csv += &format!(
+                "{i},{},\"note {}, {i}\"\n",
+                ["new", "paid", "sent", "done"][i % 4],
+                i * 7
+            );
+        }
+        let columns = r#"[{"name":"id","type":"int64"},{"name":"status","type":"string"},{"name":"note","type":"string"}]"#;
+        let mut spec = csv_spec(columns);
+        spec.sum_columns = vec!["id".into()];
+        (csv, spec)
+    }
+
+    #[test]
+    fn decoding_beside_encoding_writes_the_same_file() {
+        let (csv, mut spec) = orders(30_000);
+        spec.row_group_rows = 10_000;
+        let mut files = Vec::new();
+        for threads in [1, 2, 3] {
+            spec.threads = threads;
+            let mut out = Vec::new();
+            let stats = convert(csv.as_bytes(), &spec, &mut out).unwrap();
+            assert_eq!((stats.rows, stats.row_groups), (30_000, 3));
+            assert_eq!(stats.sums["id"].to_string(), "449985000");
+            files.push(out);
+        }
+        assert!(
+            files[0] == files[1] && files[1] == files[2],
+            "byte for byte"
+        );
+        let bad = csv.replace("\n20000,", "\n2000x,");
+        for threads in [1, 2] {
+            spec.threads = threads;
+            assert_eq!(
+                parse_error(&bad, &spec),
+                r#"line 20002: column "id": cannot parse "2000x" as int64"#
+            );
+        }
+    }
+
+    #[test]
+    fn mostly_distinct_columns_are_written_without_a_dictionary() {
+        use parquet::basic::Encoding;
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+
+        let (csv, spec) = orders(5_000);
+        let mut out = Vec::new();
+        convert(csv.as_bytes(), &spec, &mut out).unwrap();
+        let file = SerializedFileReader::new(bytes::Bytes::from(out)).unwrap();
+        let group = file.metadata().row_group(0);
+        let dictionary = |c: usize| {
+            group
+                .column(c)
+                .encodings()
+                .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY))
+        };
+        assert!(!dictionary(0), "id: every value distinct");
+        assert!(dictionary(1), "status: four values");
+        assert!(!dictionary(2), "note: every value distinct");
+        // Too few rows to tell: the dictionary stays on.
+        let (csv, spec) = orders(50);
+        let mut out = Vec::new();
+        convert(csv.as_bytes(), &spec, &mut out).unwrap();
+        let file = SerializedFileReader::new(bytes::Bytes::from(out)).unwrap();
+        let column = file.metadata().row_group(0).column(0).clone();
+        assert!(column.encodings().any(|e| e == Encoding::RLE_DICTIONARY));
     }
 }

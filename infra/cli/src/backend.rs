@@ -126,14 +126,7 @@ impl Backend {
 
     /// The source `id`, which must be in the configuration.
     pub fn source(&self, id: &str) -> Result<&Source, Error> {
-        self.config().source(id).ok_or_else(|| {
-            let known: Vec<&str> = self.config().sources.iter().map(|s| s.id()).collect();
-            format!(
-                "no source {id:?} in the configuration (sources: {})",
-                known.join(", ")
-            )
-            .into()
-        })
+        source_in(self.config(), id)
     }
 
     /// The source `id`, or every source.
@@ -162,4 +155,16 @@ impl Backend {
         s.doc.mode = mode;
         s
     }
+}
+
+/// The source `id` of `config`, or an error naming the sources there are.
+pub fn source_in<'a>(config: &'a Config, id: &str) -> Result<&'a Source, Error> {
+    config.source(id).ok_or_else(|| {
+        let known: Vec<&str> = config.sources.iter().map(|s| s.id()).collect();
+        format!(
+            "no source {id:?} in the configuration (sources: {})",
+            known.join(", ")
+        )
+        .into()
+    })
 }

@@ -17,7 +17,8 @@
 //!   `mark-processed`, `forget`; [`commands::mode`]: `mode`; [`commands::audit`]: `audit` and
 //!   the audit entries every state-changing command writes; [`commands::invoke`]: `invoke`;
 //!   [`commands::outputs`]: `outputs`; [`commands::repair`]: `reconcile`;
-//!   [`commands::backfill`]: `backfill` and `backfill status`;
+//!   [`commands::backfill`]: `backfill` and `backfill status`; [`commands::convert`]:
+//!   `convert`, a local file under a source's contract (no backend);
 //! - [`demo`]: `demo`, the zero-setup tour.
 //!
 //! Exit codes: 0 success; 1 the command ran and found a problem (an object failed, a record
@@ -177,6 +178,17 @@ pub enum Command {
     /// the embedded backends, the ingest function on AWS) takes them through the exactly-once
     /// path. `backfill status [JOB]` shows the jobs.
     Backfill(commands::backfill::BackfillArgs),
+    /// Convert a local file under a source's contract, as ingest would convert an object, and
+    /// print rows, exact sums, row groups, bytes, output size, time and rejected rows.
+    ///
+    /// Format and compression are decided for a key as ingest decides them (--key, default:
+    /// the source's prefix followed by IN's file name); a key the source's include / exclude
+    /// globs would not select is converted anyway, with a warning. The bad-row policy and
+    /// limits are the source's. A source with bookmark keys runs the rows through ingest's
+    /// row filter, but from no mark (the mark is in the ledger, which convert does not read):
+    /// only keys repeated within the file are skipped. No backend is opened. Exits 1 when the
+    /// file does not convert (the error names the file, line and column).
+    Convert(commands::convert::ConvertArgs),
     /// The zero-setup tour on the embedded backends: generate data, run, overwrite, delete,
     /// and check rows and sums of source, lake and ledger.
     Demo {
@@ -215,6 +227,10 @@ pub async fn execute(cli: Cli, out: Out<'_>) -> Result<ExitCode, Error> {
         Some(path) => Config::from_file(path)?,
         None => Config::from_env()?,
     });
+    // A local file against the sources document: no backend to open.
+    if let Command::Convert(args) = cli.command {
+        return commands::convert::convert_command(config, args, cli.json, out).await;
+    }
     let backend = Backend::open(cli.backend, &cli.root, config).await?;
     dispatch(cli.command, &backend, cli.json, out).await
 }
@@ -252,6 +268,9 @@ pub async fn dispatch(
         Command::Audit { source } => audit::audit_command(backend, source, json, out).await,
         Command::Reconcile(args) => repair::reconcile_command(backend, &args, json, out).await,
         Command::Backfill(args) => backfill::backfill_command(backend, &args, json, out).await,
+        Command::Convert(args) => {
+            convert::convert_command(backend.pipeline.config.clone(), args, json, out).await
+        }
         Command::Demo { dir } => demo::demo(dir, out).await,
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod backfill;
+pub mod convert;
 pub mod explain;
 pub mod invoke;
 pub mod mode;

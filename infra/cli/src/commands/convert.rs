@@ -1,0 +1,632 @@
+//! `convert --source S IN [OUT]`: one local file converted under a source's contract, with the
+//! conversion ingest runs on an object, so a contract can be checked on a sample before it is
+//! deployed. Nothing is read from or written to the backends.
+//!
+//! What is the same as ingest: the [`ConvertSpec`](tidemark::convert::ConvertSpec) comes from
+//! [`Source::convert_spec`] for a key (`--key`, else the source's prefix followed by the file's
+//! name), so format, compression (`auto` reads the key's suffix), CSV dialect, empty strings,
+//! record and decompression limits and the bad-row policy are the ones ingest would use; an
+//! input over `max_object_bytes` is refused as ingest refuses it; a source with bookmark keys
+//! runs the rows through the same row filter (`convert_split`) as ingest does. What differs: a
+//! key the source's include / exclude globs would not select is converted anyway, with a
+//! warning; no rejects file or late-rows file is written; the bookmark filter starts from no
+//! mark and an empty index (as for the first object of a new source), since the source's mark
+//! lives in the ledger, so no row is late and only keys repeated within the file are skipped
+//! as re-exported.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::Instant;
+
+use serde::Serialize;
+use tidemark::bookmark::{Index, RowFilter, key_columns};
+use tidemark::config::{Config, Source};
+use tidemark::convert::{
+    BadRows, Compression, ConvertError, ConvertStats, InputFormat, Rejected, SumValue, convert,
+};
+
+use super::print_json;
+use crate::backend::source_in;
+use crate::render::duration;
+use crate::{Error, Out};
+
+/// Rejected rows shown unless `--rejects` says otherwise.
+pub const REJECTS_SHOWN: usize = 10;
+
+/// Characters of a rejected record shown; the rest is cut (marked `…`).
+pub const RECORD_CHARS: usize = 120;
+
+/// Arguments of `convert`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ConvertArgs {
+    /// The source whose contract applies (its id in the sources document).
+    #[arg(long)]
+    pub source: String,
+    /// The object key that decides format and compression, and that the include / exclude
+    /// globs are checked on (default: the source's prefix followed by IN's file name).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// Rejected rows to list: a number, or `all`.
+    #[arg(long, value_name = "N|all", default_value_t = Shown::First(REJECTS_SHOWN))]
+    pub rejects: Shown,
+    /// The local file to convert.
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+    /// Where to write the Parquet file (replaced only when the conversion succeeds);
+    /// without it the output is fully encoded, then discarded.
+    #[arg(value_name = "OUT")]
+    pub output: Option<PathBuf>,
+}
+
+/// How many rejected rows to list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    /// Every one.
+    All,
+    /// The first n.
+    First(usize),
+}
+
+impl Shown {
+    fn limit(self) -> usize {
+        match self {
+            Shown::All => usize::MAX,
+            Shown::First(n) => n,
+        }
+    }
+}
+
+impl FromStr for Shown {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "all" {
+            return Ok(Shown::All);
+        }
+        s.parse()
+            .map(Shown::First)
+            .map_err(|_| format!("{s:?}: expected a number of rows or `all`"))
+    }
+}
+
+impl std::fmt::Display for Shown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shown::All => f.write_str("all"),
+            Shown::First(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// What `convert` did with one file.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConvertReport {
+    /// The source id.
+    pub source_id: String,
+    /// The input file, as given.
+    pub input: String,
+    /// The key format and compression were decided for.
+    pub key: String,
+    /// Would the source select that key (prefix, include and exclude globs)?
+    pub selected: bool,
+    /// Input format: `csv`, `jsonl` or `parquet`.
+    pub format: &'static str,
+    /// Input compression.
+    pub compression: Compression,
+    /// Bad-row policy: `fail`, or `reject` with its `max_rejected_rows`.
+    pub on_bad_row: &'static str,
+    /// Under `reject`: most bad rows the object may have.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_rejected_rows: Option<u64>,
+    /// Where the Parquet file went (`None`: discarded).
+    pub output: Option<String>,
+    /// Things the operator should know (a key the source would not select…).
+    pub warnings: Vec<String>,
+    /// Did the conversion succeed?
+    pub ok: bool,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Failure>,
+    /// What it produced, when it succeeded.
+    #[serde(flatten)]
+    pub result: Option<Converted>,
+}
+
+/// A failed conversion, as `ConvertError` tells it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    /// The whole message, naming the file: `IN: line 3: column "quantity": …`.
+    pub message: String,
+    /// `parse`, `decompress`, `too_large`, `encode`, `io`, `invalid_spec` or
+    /// `object_too_large` (over `max_object_bytes`).
+    pub kind: &'static str,
+    /// 1-based line of the decompressed input, when known.
+    pub line: Option<u64>,
+    /// The column, when known.
+    pub column: Option<String>,
+}
+
+/// What a successful conversion produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct Converted {
+    /// Rows written.
+    pub rows: u64,
+    /// Exact sum of each of the source's `sum_columns` (exact decimal strings in JSON).
+    pub sums: BTreeMap<String, SumValue>,
+    /// Row groups of the Parquet file.
+    pub row_groups: usize,
+    /// Bytes read from the file (compressed, if it is).
+    pub bytes_read: u64,
+    /// Bytes after decompression.
+    pub bytes_decoded: u64,
+    /// Size of the Parquet file.
+    pub output_bytes: u64,
+    /// Wall time of the conversion, in milliseconds.
+    pub elapsed_ms: f64,
+    /// Rows rejected under policy `reject` (not in `rows` or the sums).
+    pub rejected: u64,
+    /// The first of them (`--rejects`), in input order.
+    pub rejects: Vec<RejectedRow>,
+    /// For a source with bookmark keys: what the row filter did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bookmark: Option<BookmarkOutcome>,
+}
+
+/// One rejected row, shortened.
+#[derive(Debug, Clone, Serialize)]
+pub struct RejectedRow {
+    /// 1-based line where the record starts.
+    pub line: Option<u64>,
+    /// The offending column, when known.
+    pub column: Option<String>,
+    /// The complaint, as the object's error would read.
+    pub error: String,
+    /// The record as read (invalid UTF-8 replaced), at most [`RECORD_CHARS`] characters.
+    pub record: String,
+    /// The record is longer than shown.
+    pub cut: bool,
+}
+
+/// The bookmark row filter's counts, from no mark.
+#[derive(Debug, Clone, Serialize)]
+pub struct BookmarkOutcome {
+    /// The key columns.
+    pub keys: Vec<String>,
+    /// Rows emitted (the output's rows).
+    pub emitted: u64,
+    /// Rows at or below the mark never accounted for (always 0 from no mark).
+    pub late: u64,
+    /// Rows whose key an earlier row of the file already had.
+    pub skipped: u64,
+    /// The mark after this file, rendered.
+    pub mark: Option<Vec<String>>,
+}
+
+/// The key `input` stands for under `source`: the source's prefix followed by its file name.
+pub fn default_key(source: &Source, input: &Path) -> String {
+    let name = input
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{}{name}", source.doc.prefix)
+}
+
+/// Convert `args.input` under the contract of `args.source`. `Err` when the command cannot
+/// run (unknown source, unreadable input, unwritable output folder); a conversion that fails
+/// is a report with `ok: false`.
+pub fn convert_file(config: &Config, args: &ConvertArgs) -> Result<ConvertReport, Error> {
+    let source = source_in(config, &args.source)?;
+    let input_name = args.input.display().to_string();
+    let key = args
+        .key
+        .clone()
+        .unwrap_or_else(|| default_key(source, &args.input));
+    let spec = source.convert_spec(&key);
+    let selected = source.matches(&source.doc.bucket, &key);
+    let mut warnings = Vec::new();
+    if !selected {
+        warnings.push(not_selected(source, &key));
+    }
+    let (on_bad_row, max_rejected_rows) = match spec.bad_rows {
+        BadRows::Fail => ("fail", None),
+        BadRows::Reject { max } => ("reject", Some(max)),
+    };
+    let mut report = ConvertReport {
+        source_id: source.id().to_string(),
+        input: input_name.clone(),
+        key,
+        selected,
+        format: format_name(&spec.format),
+        compression: spec.compression,
+        on_bad_row,
+        max_rejected_rows,
+        output: args.output.as_ref().map(|p| p.display().to_string()),
+        warnings,
+        ok: false,
+        error: None,
+        result: None,
+    };
+
+    let file = File::open(&args.input).map_err(|e| format!("{input_name}: {e}"))?;
+    let size = file
+        .metadata()
+        .map_err(|e| format!("{input_name}: {e}"))?
+        .len();
+    if let Some(limit) = source.doc.max_object_bytes.filter(|&l| size > l) {
+        report.error = Some(Failure {
+            message: format!(
+                "{input_name}: {size} bytes is over the source's max_object_bytes of {limit}: \
+                 ingest records such an object as too large without converting it"
+            ),
+            kind: "object_too_large",
+            line: None,
+            column: None,
+        });
+        return Ok(report);
+    }
+
+    let mut sink = Sink::open(args.output.as_deref())?;
+    let mut filter = source.doc.bookmark.as_ref().map(|doc| {
+        RowFilter::new(
+            doc,
+            &source.schema,
+            None,
+            Index::new(&key_columns(doc, &source.schema)),
+        )
+    });
+    let started = Instant::now();
+    let reader = BufReader::with_capacity(256 << 10, file);
+    let converted = match filter.as_mut() {
+        None => convert(reader, &spec, &mut sink),
+        Some(f) => f.convert(reader, &spec, &mut sink),
+    }
+    .and_then(|stats| sink.finish().map(|bytes| (stats, bytes)));
+    let elapsed = started.elapsed();
+    match converted {
+        Ok((stats, output_bytes)) => {
+            report.ok = true;
+            report.result = Some(converted_report(
+                stats,
+                output_bytes,
+                elapsed.as_secs_f64() * 1000.0,
+                args.rejects,
+                filter.as_ref(),
+                source,
+            ));
+        }
+        Err(e) => {
+            sink.discard();
+            report.error = Some(failure(&input_name, &e));
+        }
+    }
+    Ok(report)
+}
+
+fn converted_report(
+    stats: ConvertStats,
+    output_bytes: u64,
+    elapsed_ms: f64,
+    shown: Shown,
+    filter: Option<&RowFilter>,
+    source: &Source,
+) -> Converted {
+    let bookmark = filter.map(|f| BookmarkOutcome {
+        keys: source
+            .doc
+            .bookmark
+            .as_ref()
+            .map(|b| b.keys.clone())
+            .unwrap_or_default(),
+        emitted: f.counts.emitted,
+        late: f.counts.late,
+        skipped: f.counts.skipped,
+        mark: f.rendered_mark(),
+    });
+    Converted {
+        rows: stats.rows,
+        sums: stats.sums,
+        row_groups: stats.row_groups,
+        bytes_read: stats.bytes_read,
+        bytes_decoded: stats.bytes_decoded,
+        output_bytes,
+        elapsed_ms: (elapsed_ms * 1000.0).round() / 1000.0,
+        rejected: stats.rejects.len() as u64,
+        rejects: stats
+            .rejects
+            .iter()
+            .take(shown.limit())
+            .map(shorten)
+            .collect(),
+        bookmark,
+    }
+}
+
+fn shorten(r: &Rejected) -> RejectedRow {
+    let text = String::from_utf8_lossy(&r.record);
+    let record: String = text.chars().take(RECORD_CHARS).collect();
+    let cut = r.truncated || record.len() < text.len();
+    RejectedRow {
+        line: r.line,
+        column: r.column.clone(),
+        error: r.error.clone(),
+        record,
+        cut,
+    }
+}
+
+fn not_selected(source: &Source, key: &str) -> String {
+    let doc = &source.doc;
+    let why = if !key.starts_with(doc.prefix.as_str()) {
+        format!("it is not under the source's prefix {:?}", doc.prefix)
+    } else {
+        format!(
+            "the source's globs (include {:?}, exclude {:?}) leave it out",
+            doc.include, doc.exclude
+        )
+    };
+    format!(
+        "source {} would not select key {key:?}: {why}; converting anyway (--key sets the key)",
+        source.id()
+    )
+}
+
+fn format_name(format: &InputFormat) -> &'static str {
+    match format {
+        InputFormat::Csv(_) => "csv",
+        InputFormat::JsonLines => "jsonl",
+        InputFormat::Parquet => "parquet",
+    }
+}
+
+fn failure(input: &str, e: &ConvertError) -> Failure {
+    let (kind, line, column) = match e {
+        ConvertError::Parse { line, column, .. } => ("parse", *line, column.clone()),
+        ConvertError::Decompress { .. } => ("decompress", None, None),
+        ConvertError::TooLarge { .. } => ("too_large", None, None),
+        ConvertError::Encode { .. } => ("encode", None, None),
+        ConvertError::Io(_) => ("io", None, None),
+        ConvertError::InvalidSpec { .. } => ("invalid_spec", None, None),
+    };
+    Failure {
+        message: format!("{input}: {e}"),
+        kind,
+        line,
+        column,
+    }
+}
+
+/// Where the Parquet bytes go: a temp file beside OUT, renamed over it at the end, or
+/// nowhere; counted either way.
+struct Sink {
+    file: Option<(BufWriter<File>, PathBuf, PathBuf)>,
+    bytes: u64,
+}
+
+impl Sink {
+    fn open(output: Option<&Path>) -> Result<Self, Error> {
+        let file = match output {
+            None => None,
+            Some(path) => {
+                let name = path
+                    .file_name()
+                    .ok_or_else(|| format!("{}: not a file name", path.display()))?;
+                let mut partial = name.to_os_string();
+                partial.push(".partial");
+                let partial = path.with_file_name(partial);
+                let f = File::create(&partial)
+                    .map_err(|e| format!("cannot create {}: {e}", partial.display()))?;
+                Some((BufWriter::new(f), partial, path.to_path_buf()))
+            }
+        };
+        Ok(Self { file, bytes: 0 })
+    }
+
+    /// Flush and move the file into place; the bytes written.
+    fn finish(&mut self) -> Result<u64, ConvertError> {
+        if let Some((w, partial, path)) = &mut self.file {
+            w.flush().map_err(ConvertError::Io)?;
+            w.get_ref().sync_all().map_err(ConvertError::Io)?;
+            std::fs::rename(&*partial, &*path).map_err(|e| ConvertError::Encode {
+                message: format!("cannot move the output to {}: {e}", path.display()),
+            })?;
+            self.file = None;
+        }
+        Ok(self.bytes)
+    }
+
+    /// Remove the incomplete file (OUT itself is untouched).
+    fn discard(&mut self) {
+        if let Some((_, partial, _)) = self.file.take() {
+            let _ = std::fs::remove_file(partial);
+        }
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        let n = match &mut self.file {
+            Some((w, ..)) => w.write(data)?,
+            None => data.len(),
+        };
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match &mut self.file {
+            Some((w, ..)) => w.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// `tidemark convert`: exit 0 when the file converts (rows rejected under policy `reject`
+/// included), 1 when it fails, naming the file (and line and column when known).
+pub async fn convert_command(
+    config: std::sync::Arc<Config>,
+    args: ConvertArgs,
+    json: bool,
+    out: Out<'_>,
+) -> Result<ExitCode, Error> {
+    let report = tokio::task::spawn_blocking(move || convert_file(&config, &args))
+        .await
+        .map_err(|e| format!("the conversion stopped: {e}"))??;
+    if json {
+        print_json(out, &report)?;
+    } else {
+        write!(out, "{}", render(&report))?;
+    }
+    match &report.error {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => {
+            eprintln!("tidemark: {}", e.message);
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// The report as text, one field a line (the error itself goes to stderr).
+pub fn render(r: &ConvertReport) -> String {
+    let mut lines: Vec<(String, String)> = Vec::new();
+    let mut line = |label: &str, value: String| lines.push((format!("{label}:"), value));
+    for w in &r.warnings {
+        line("warning", w.clone());
+    }
+    line("source", r.source_id.clone());
+    line("input", r.input.clone());
+    line(
+        "as key",
+        format!("{} ({}, compression {})", r.key, r.format, r.compression),
+    );
+    line(
+        "on bad row",
+        match r.max_rejected_rows {
+            Some(max) => format!("reject (at most {max} rows)"),
+            None => "fail".to_string(),
+        },
+    );
+    let Some(c) = &r.result else {
+        line("result", "FAILED (see the error)".into());
+        return aligned(&lines);
+    };
+    line("rows", c.rows.to_string());
+    for (column, sum) in &c.sums {
+        line(&format!("sum({column})"), sum.to_string());
+    }
+    line("row groups", c.row_groups.to_string());
+    line(
+        "bytes",
+        format!("{} read, {} decoded", c.bytes_read, c.bytes_decoded),
+    );
+    line(
+        "output",
+        match &r.output {
+            Some(path) => format!("{} bytes of Parquet in {path}", c.output_bytes),
+            None => format!("{} bytes of Parquet (discarded)", c.output_bytes),
+        },
+    );
+    line("elapsed", elapsed(c.elapsed_ms));
+    if let Some(b) = &c.bookmark {
+        line(
+            "bookmark",
+            format!(
+                "keys [{}] from no mark: {} emitted, {} late, {} re-exported (repeated in the file); mark after: {}",
+                b.keys.join(", "),
+                b.emitted,
+                b.late,
+                b.skipped,
+                b.mark
+                    .as_ref()
+                    .map_or_else(|| "none".to_string(), |m| format!("[{}]", m.join(", ")))
+            ),
+        );
+    }
+    let shown = if c.rejects.len() as u64 == c.rejected {
+        String::new()
+    } else {
+        format!(
+            " ({} shown; --rejects all lists every one)",
+            c.rejects.len()
+        )
+    };
+    line("rejected", format!("{}{shown}", c.rejected));
+    let mut s = aligned(&lines);
+    for row in &c.rejects {
+        let mut record = format!("{:?}", row.record);
+        if row.cut {
+            record.push('…');
+        }
+        s += &format!("  {}  {record}\n", row.error);
+    }
+    s
+}
+
+/// `label: value` lines, the values aligned one column after the longest label.
+fn aligned(lines: &[(String, String)]) -> String {
+    let width = lines
+        .iter()
+        .map(|(l, _)| l.chars().count())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    lines
+        .iter()
+        .map(|(label, value)| format!("{label:<width$}{value}\n"))
+        .collect()
+}
+
+/// Milliseconds, short: `3.42ms`, `850ms`, then as [`duration`].
+fn elapsed(ms: f64) -> String {
+    if ms < 10.0 {
+        format!("{ms:.2}ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0}ms")
+    } else {
+        duration(ms as i64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_shown_parse() {
+        assert_eq!("all".parse::<Shown>(), Ok(Shown::All));
+        assert_eq!("3".parse::<Shown>(), Ok(Shown::First(3)));
+        assert!("some".parse::<Shown>().is_err());
+        assert_eq!(Shown::First(10).to_string(), "10");
+    }
+
+    #[test]
+    fn records_are_shortened() {
+        let long = Rejected {
+            line: Some(2),
+            column: None,
+            error: "line 2: bad".into(),
+            record: "é".repeat(200).into_bytes(),
+            truncated: false,
+        };
+        let row = shorten(&long);
+        assert_eq!((row.record.chars().count(), row.cut), (RECORD_CHARS, true));
+        let short = Rejected {
+            record: b"1,a".to_vec(),
+            ..long
+        };
+        assert_eq!(
+            (shorten(&short).record.as_str(), shorten(&short).cut),
+            ("1,a", false)
+        );
+    }
+
+    #[test]
+    fn elapsed_is_short() {
+        assert_eq!(elapsed(3.4219), "3.42ms");
+        assert_eq!(elapsed(850.2), "850ms");
+        assert_eq!(elapsed(42_000.0), "42s");
+    }
+}

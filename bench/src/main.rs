@@ -5,10 +5,12 @@
 //!     Writes the deterministic orders dataset: orders.csv, orders.jsonl, their .gz
 //!     versions, schema.json and expected.json (row count and exact sums, for checking
 //!     every engine's Parquet output).
-//! tidemark-bench convert --format csv|jsonl --compression none|gzip [--bad-rows fail|reject] IN OUT
-//!     tidemark's converter (`tidemark::convert::convert`) on IN with the bench schema,
-//!     zstd level 3, Parquet to OUT; prints the stats (rows, exact sums, rows rejected)
-//!     as JSON. `--bad-rows reject`: the policy `on_bad_row: reject`, with no cap.
+//! tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] IN OUT
+//!     tidemark's converter (`tidemark::convert::convert`) on IN with the schema of FILE
+//!     (a JSON list of columns as in bench/schema.json; default: the orders schema),
+//!     zstd level 3, Parquet to OUT; prints the stats (rows, exact sums of every
+//!     numeric column, rows rejected) as JSON. `--bad-rows reject`: the policy
+//!     `on_bad_row: reject`, with no cap.
 //! tidemark-bench spoil --every N IN OUT
 //!     Copies the (uncompressed) CSV or JSON Lines file IN to OUT with the first digit of
 //!     every Nth data line replaced by `x`: a bad `order_id` in CSV, invalid JSON in JSON
@@ -34,16 +36,6 @@ use tidemark::schema::{ColumnSpec, arrow_schema};
 /// The columns of the orders dataset, shared with the Python engines (bench/schema.json).
 const SCHEMA_JSON: &str = include_str!("../schema.json");
 
-/// Columns whose sums the converter reports (every numeric column).
-const SUM_COLUMNS: [&str; 6] = [
-    "order_id",
-    "customer_id",
-    "product_id",
-    "quantity",
-    "unit_price",
-    "total",
-];
-
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn main() -> ExitCode {
@@ -58,7 +50,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: tidemark-bench gen --rows N --out DIR
-       tidemark-bench convert --format csv|jsonl --compression none|gzip [--bad-rows fail|reject] IN OUT
+       tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] IN OUT
        tidemark-bench spoil --every N IN OUT
        tidemark-bench read --compression none|gzip FILE
        tidemark-bench --version";
@@ -81,14 +73,24 @@ fn run(args: &[String]) -> Result<()> {
             generate(rows, Path::new(required(&opts, "--out")?))
         }
         "convert" => {
-            let (opts, positional) = parse(rest, &["--format", "--compression", "--bad-rows"])?;
+            let (opts, positional) = parse(
+                rest,
+                &["--format", "--compression", "--schema", "--bad-rows"],
+            )?;
             let [input, output] = positional.as_slice() else {
                 return Err(USAGE.into());
             };
-            let bad_rows = match opts.iter().rev().find(|(n, _)| *n == "--bad-rows") {
-                None | Some((_, "fail")) => BadRows::Fail,
-                Some((_, "reject")) => BadRows::Reject { max: u64::MAX },
-                Some((_, other)) => return Err(format!("unknown policy {other:?}").into()),
+            let bad_rows = match option(&opts, "--bad-rows") {
+                None | Some("fail") => BadRows::Fail,
+                Some("reject") => BadRows::Reject { max: u64::MAX },
+                Some(other) => return Err(format!("unknown policy {other:?}").into()),
+            };
+            let columns = match option(&opts, "--schema") {
+                None => columns(SCHEMA_JSON)?,
+                Some(file) => {
+                    columns(&fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?)
+                        .map_err(|e| format!("{file}: {e}"))?
+                }
             };
             let format = match required(&opts, "--format")? {
                 "csv" => InputFormat::Csv(CsvOptions::default()),
@@ -100,6 +102,7 @@ fn run(args: &[String]) -> Result<()> {
                 format,
                 compression,
                 bad_rows,
+                &columns,
                 Path::new(input),
                 Path::new(output),
             )
@@ -146,12 +149,13 @@ fn parse<'a>(args: &'a [String], known: &[&'a str]) -> Result<(Options<'a>, Vec<
     Ok((opts, positional))
 }
 
+/// The last value given for `name`, if any.
+fn option<'a>(opts: &[(&str, &'a str)], name: &str) -> Option<&'a str> {
+    opts.iter().rev().find(|(n, _)| *n == name).map(|(_, v)| *v)
+}
+
 fn required<'a>(opts: &[(&str, &'a str)], name: &str) -> Result<&'a str> {
-    opts.iter()
-        .rev()
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| *v)
-        .ok_or_else(|| format!("missing {name}\n{USAGE}").into())
+    option(opts, name).ok_or_else(|| format!("missing {name}\n{USAGE}").into())
 }
 
 fn compression(name: &str) -> Result<Compression> {
@@ -162,26 +166,33 @@ fn compression(name: &str) -> Result<Compression> {
     }
 }
 
-fn columns() -> Vec<ColumnSpec> {
-    serde_json::from_str(SCHEMA_JSON).expect("bench/schema.json is valid")
+/// The columns of a schema file (bench/schema.json's format).
+fn columns(json: &str) -> Result<Vec<ColumnSpec>> {
+    Ok(serde_json::from_str(json)?)
 }
 
 // ---------------------------------------------------------------------------------
 // convert and read
 
 /// The converter as the ingest path calls it (`Source::convert_spec` with this schema):
-/// default batch and row-group sizes, zstd level 3, the 64 GiB decoded-size cap.
+/// default batch and row-group sizes, zstd level 3, the 64 GiB decoded-size cap; the
+/// sums of every numeric column.
 fn convert_file(
     format: InputFormat,
     compression: Compression,
     bad_rows: BadRows,
+    columns: &[ColumnSpec],
     input: &Path,
     output: &Path,
 ) -> Result<()> {
-    let mut spec = ConvertSpec::new(format, arrow_schema(&columns()));
+    let mut spec = ConvertSpec::new(format, arrow_schema(columns));
     spec.compression = compression;
     spec.bad_rows = bad_rows;
-    spec.sum_columns = SUM_COLUMNS.map(String::from).into();
+    spec.sum_columns = columns
+        .iter()
+        .filter(|c| c.ty.is_summable())
+        .map(|c| c.name.clone())
+        .collect();
     spec.max_decoded_bytes = Some(64 << 30);
     spec.zstd_level = 3;
     let input = File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;

@@ -1,10 +1,11 @@
 //! `tidemark-bench`: the Rust side of the benchmark harness (`bench/run.sh` drives it).
 //!
 //! ```text
-//! tidemark-bench gen --rows N --out DIR
-//!     Writes the deterministic orders dataset: orders.csv, orders.jsonl, their .gz
-//!     versions, schema.json and expected.json (row count and exact sums, for checking
-//!     every engine's Parquet output).
+//! tidemark-bench gen [--dataset orders|wide] --rows N --out DIR
+//!     Writes a deterministic dataset: orders (the default: orders.csv, orders.jsonl)
+//!     or wide (wide.csv, wide.jsonl; see wide.rs), their .gz versions, schema.json and
+//!     expected.json (row count and exact sums, for checking every engine's Parquet
+//!     output).
 //! tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] IN OUT
 //!     tidemark's converter (`tidemark::convert::convert`) on IN with the schema of FILE
 //!     (a JSON list of columns as in bench/schema.json; default: the orders schema),
@@ -33,6 +34,8 @@ use flate2::write::GzEncoder;
 use tidemark::convert::{BadRows, Compression, ConvertSpec, CsvOptions, InputFormat, convert};
 use tidemark::schema::{ColumnSpec, arrow_schema};
 
+mod wide;
+
 /// The columns of the orders dataset, shared with the Python engines (bench/schema.json).
 const SCHEMA_JSON: &str = include_str!("../schema.json");
 
@@ -49,7 +52,7 @@ fn main() -> ExitCode {
     }
 }
 
-const USAGE: &str = "usage: tidemark-bench gen --rows N --out DIR
+const USAGE: &str = "usage: tidemark-bench gen [--dataset orders|wide] --rows N --out DIR
        tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] IN OUT
        tidemark-bench spoil --every N IN OUT
        tidemark-bench read --compression none|gzip FILE
@@ -65,12 +68,17 @@ fn run(args: &[String]) -> Result<()> {
             Ok(())
         }
         "gen" => {
-            let (opts, positional) = parse(rest, &["--rows", "--out"])?;
+            let (opts, positional) = parse(rest, &["--dataset", "--rows", "--out"])?;
             if !positional.is_empty() {
                 return Err(USAGE.into());
             }
             let rows = required(&opts, "--rows")?.replace('_', "").parse::<u64>()?;
-            generate(rows, Path::new(required(&opts, "--out")?))
+            let out = Path::new(required(&opts, "--out")?);
+            match option(&opts, "--dataset").unwrap_or("orders") {
+                "orders" => generate(rows, out),
+                "wide" => wide::generate(rows, out),
+                other => Err(format!("unknown dataset {other:?}: orders or wide").into()),
+            }
         }
         "convert" => {
             let (opts, positional) = parse(

@@ -4,9 +4,21 @@ bench/harness.py times (interpreter start, imports, read, write).
     python engines.py ENGINE FORMAT COMPRESSION IN OUT SCHEMA_JSON
 
 ENGINE is pyarrow, pyarrow-stream (CSV only), duckdb or polars; FORMAT csv or jsonl;
-COMPRESSION none or gzip. Every engine gets the explicit schema of bench/schema.json,
-writes Parquet with zstd level 3 and runs on one thread. Imports are inside each
-function so that each process only pays for its own engine.
+COMPRESSION none or gzip. Every engine gets the explicit schema of SCHEMA_JSON (the
+format of bench/schema.json: int32, int64, float32, float64, decimal(P,S), string, bool,
+date, timestamp), writes Parquet with zstd level 3 and runs on one thread. Imports are
+inside each function so that each process only pays for its own engine.
+
+NULLs are read as tidemark reads them: in CSV an empty field is NULL, also in a string
+column (tidemark's default `empty_strings: null`; pyarrow is told so with
+`strings_can_be_null` when a string column is nullable, and only "" is a NULL spelling,
+not pyarrow's default list of "NA", "null", "nan"...; DuckDB and polars do so by
+default); in JSON Lines `null` or a missing key. Where a reader lacks a conversion, the
+column is read as text and cast, as a user would: pyarrow's JSON reader has no date
+parsing (date columns are read as strings, then cast to date32), and polars reads a
+JSON number meant for a decimal through f64 and refuses a JSON string for a Decimal
+(decimal columns are read as strings, then cast; exact for JSON strings, which is how
+the wide dataset spells decimals).
 """
 
 import json
@@ -20,17 +32,35 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ZSTD_LEVEL = 3
 
 
-def pyarrow_types(columns):
+def decimal_args(ty):
+    """(precision, scale) of "decimal(P,S)", else None."""
+    if ty.startswith("decimal(") and ty.endswith(")"):
+        p, s = ty[len("decimal("):-1].split(",")
+        return int(p), int(s)
+    return None
+
+
+def pyarrow_type(ty):
     import pyarrow as pa
 
     types = {
         "int32": pa.int32(),
         "int64": pa.int64(),
+        "float32": pa.float32(),
         "float64": pa.float64(),
         "string": pa.string(),
+        "bool": pa.bool_(),
+        "date": pa.date32(),
         "timestamp": pa.timestamp("us", tz="UTC"),
     }
-    return pa.schema([pa.field(c["name"], types[c["type"]], c.get("nullable", True)) for c in columns])
+    dec = decimal_args(ty)
+    return pa.decimal128(*dec) if dec else types[ty]
+
+
+def pyarrow_types(columns):
+    import pyarrow as pa
+
+    return pa.schema([pa.field(c["name"], pyarrow_type(c["type"]), c.get("nullable", True)) for c in columns])
 
 
 def run_pyarrow(fmt, compression, src, out, columns, stream=False):
@@ -46,7 +76,8 @@ def run_pyarrow(fmt, compression, src, out, columns, stream=False):
 
         convert = pcsv.ConvertOptions(
             column_types={f.name: f.type for f in schema},
-            strings_can_be_null=False,
+            null_values=[""],
+            strings_can_be_null=any(c["type"] == "string" and c.get("nullable", True) for c in columns),
         )
         if stream:
             # Streaming: bounded memory. 16 MiB blocks give row groups of ~150k rows
@@ -61,19 +92,26 @@ def run_pyarrow(fmt, compression, src, out, columns, stream=False):
     else:
         import pyarrow.json as pjson
 
+        # No date parsing in pyarrow's JSON reader: read dates as strings, then cast.
+        dates = [f.name for f in schema if f.type == pa.date32()]
+        read_schema = pa.schema([f.with_type(pa.string()) if f.name in dates else f for f in schema])
         table = pjson.read_json(
             source,
             read_options=pjson.ReadOptions(use_threads=False),
-            parse_options=pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+            parse_options=pjson.ParseOptions(explicit_schema=read_schema, unexpected_field_behavior="ignore"),
         )
+        if dates:
+            table = table.cast(schema)
     pq.write_table(table, out, compression="zstd", compression_level=ZSTD_LEVEL)
 
 
 def run_duckdb(fmt, compression, src, out, columns):
     import duckdb
 
-    types = {"int32": "INTEGER", "int64": "BIGINT", "float64": "DOUBLE", "string": "VARCHAR", "timestamp": "TIMESTAMPTZ"}
-    cols = "{" + ", ".join(f"'{c['name']}': '{types[c['type']]}'" for c in columns) + "}"
+    types = {"int32": "INTEGER", "int64": "BIGINT", "float32": "FLOAT", "float64": "DOUBLE", "string": "VARCHAR",
+             "bool": "BOOLEAN", "date": "DATE", "timestamp": "TIMESTAMPTZ"}
+    sql_type = lambda ty: "DECIMAL({},{})".format(*decimal_args(ty)) if decimal_args(ty) else types[ty]
+    cols = "{" + ", ".join(f"'{c['name']}': '{sql_type(c['type'])}'" for c in columns) + "}"
     comp = "gzip" if compression == "gzip" else "none"
     con = duckdb.connect()
     con.execute("SET threads=1")
@@ -91,16 +129,24 @@ def run_polars(fmt, compression, src, out, columns):
     types = {
         "int32": pl.Int32,
         "int64": pl.Int64,
+        "float32": pl.Float32,
         "float64": pl.Float64,
         "string": pl.String,
+        "bool": pl.Boolean,
+        "date": pl.Date,
         "timestamp": pl.Datetime("us", "UTC"),
     }
-    schema = {c["name"]: types[c["type"]] for c in columns}
+    dtype = lambda ty: pl.Decimal(*decimal_args(ty)) if decimal_args(ty) else types[ty]
+    schema = {c["name"]: dtype(c["type"]) for c in columns}
     # read_csv / read_ndjson decompress a .gz path themselves (into memory).
     if fmt == "csv":
         df = pl.read_csv(src, schema=schema, quote_char='"')
     else:
-        df = pl.read_ndjson(src, schema=schema)
+        # Decimals as text, then cast (read_ndjson has no exact JSON-to-Decimal path).
+        decimals = {name: t for name, t in schema.items() if isinstance(t, pl.Decimal)}
+        df = pl.read_ndjson(src, schema={name: pl.String if name in decimals else t for name, t in schema.items()})
+        if decimals:
+            df = df.with_columns(pl.col(name).cast(t) for name, t in decimals.items())
     df.write_parquet(out, compression="zstd", compression_level=ZSTD_LEVEL)
 
 

@@ -1,7 +1,12 @@
 """Runs every engine on every case, times whole processes, checks the outputs, prints the
 table. Started by bench/run.sh, which prepares the venv, the binary and the dataset.
 
-    python harness.py --bin TIDEMARK_BENCH --data DIR --work DIR --results DIR
+    python harness.py --bin TIDEMARK_BENCH --data DIR [--stem NAME] [--schema FILE] [--label TEXT]
+                      --work DIR --results DIR
+
+DIR holds NAME.csv, NAME.jsonl, NAME.csv.gz, NAME.jsonl.gz (NAME: orders by default; a
+case whose file is missing is skipped), the schema (FILE, default DIR/schema.json, the
+format of bench/schema.json) and optionally expected.json (the generator's totals).
 
 Environment: BENCH_RUNS (measured runs per engine and case, default 5), BENCH_ENGINES
 (comma list, default all), BENCH_CASES (comma list of csv,csv.gz,jsonl,jsonl.gz),
@@ -19,10 +24,23 @@ Method:
   is verified; then BENCH_RUNS rounds, each running every engine once per case
   (interleaved, so that load from other processes on the machine falls on all engines
   alike rather than on whichever ran during a burst).
-- Verification reads every engine's Parquet back with pyarrow: row count, NULL counts,
-  exact sums of the integer columns, math.fsum (the correctly rounded sum) of the float
-  columns, the sum of the timestamps in microseconds, total UTF-8 bytes of every string
-  column; they must equal tidemark's and the generator's expected.json.
+- Verification reads every engine's Parquet back with pyarrow, streaming (batches of
+  VERIFY_BATCH rows, so memory stays bounded whatever the file's size):
+  - value by value: every column of every engine's output is compared with tidemark's,
+    row by row in order (every engine runs on one thread and keeps the input's order);
+    types that engines legitimately write differently are brought to one form first
+    (see `canonical`): dictionary-encoded arrays are decoded; string, large_string and
+    string_view are one; timestamps are compared as UTC microseconds whatever their
+    unit and time zone; integers as int64, decimals at tidemark's scale. A difference
+    of type beyond representation (another timestamp unit, no time zone, a decimal
+    written as a double...) is named next to "equal"; values that differ are not equal.
+  - totals, against the generator's expected.json when there is one: row count, NULL
+    counts, exact sums of the integer and decimal columns, of dates (days) and of
+    timestamps (microseconds), the sum of every float column (math.fsum per batch, then
+    of the batch sums; compared after rounding to the digits of the exact sum), the
+    count of true per bool column, the total UTF-8 bytes of every string column.
+  tidemark's own reported row count and integer and decimal sums are checked against
+  the read-back too.
 """
 
 import argparse
@@ -42,17 +60,19 @@ from decimal import Decimal
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 CASES = {
-    # name: (format, compression, file)
-    "csv": ("csv", "none", "orders.csv"),
-    "csv.gz": ("csv", "gzip", "orders.csv.gz"),
-    "jsonl": ("jsonl", "none", "orders.jsonl"),
-    "jsonl.gz": ("jsonl", "gzip", "orders.jsonl.gz"),
+    # name: (format, compression, file suffix)
+    "csv": ("csv", "none", ".csv"),
+    "csv.gz": ("csv", "gzip", ".csv.gz"),
+    "jsonl": ("jsonl", "none", ".jsonl"),
+    "jsonl.gz": ("jsonl", "gzip", ".jsonl.gz"),
 }
 ENGINES = ["tidemark", "pyarrow", "pyarrow-stream", "duckdb", "polars"]
 PEERS = ["pyarrow", "pyarrow-stream", "duckdb", "polars"]
 MODULES = {"pyarrow": "pyarrow", "pyarrow-stream": "pyarrow", "duckdb": "duckdb", "polars": "polars"}
 FLOORS = ["floor: bench read", "floor: cat/zcat"]
 MB = 1e6
+# Rows per batch when reading outputs back to verify them.
+VERIFY_BATCH = 16384
 
 
 def log(*a):
@@ -160,65 +180,214 @@ class Runner:
         return {"wall": wall, "cpu": ru.ru_utime + ru.ru_stime, "rss": rss, "stdout": stdout}
 
 
+def kind(ty):
+    """The family of a schema type: int, float, decimal, string, bool, date, timestamp."""
+    if ty in ("int32", "int64"):
+        return "int"
+    if ty in ("float32", "float64"):
+        return "float"
+    if ty.startswith("decimal("):
+        return "decimal"
+    return ty
+
+
+def canonical(arr, ty, like=None):
+    """arr (one column of a batch) in the one form in which outputs are compared, for a
+    column of schema type ty, and a note when its Arrow type differs from tidemark's
+    (like) by more than representation. Strings: large_string (from string, large_string,
+    string_view, dictionary); int: int64; float: float64; decimal: decimal128(38, scale);
+    bool; date: date32; timestamp: int64 microseconds since the epoch (UTC instants for
+    tz-aware types, the wall clock for naive ones)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    t, k, note = arr.type, kind(ty), None
+    if like is not None and pa.types.is_dictionary(like):
+        like = like.value_type
+    if k == "string":
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
+            raise TypeError(f"{t}, not a string")
+        return arr.cast(pa.large_string()), note
+    if k == "timestamp":
+        if not pa.types.is_timestamp(t):
+            raise TypeError(f"{t}, not a timestamp")
+        if like is not None and t.unit != like.unit:
+            note = f"timestamp[{t.unit}]"
+        if t.tz is None:
+            note = (note + ", " if note else "") + "no time zone"
+        return arr.cast(pa.timestamp("us", tz=t.tz)).cast(pa.int64()), note
+    if k == "decimal":
+        scale = int(ty[len("decimal("):-1].split(",")[1])
+        if pa.types.is_floating(t):
+            return arr.cast(pa.float64()), f"{t} for {ty}"
+        if not pa.types.is_decimal(t):
+            raise TypeError(f"{t}, not a decimal")
+        if like is not None and (t.precision, t.scale) != (like.precision, like.scale):
+            note = str(t)
+        return arr.cast(pa.decimal128(38, scale)), note
+    want = {"int": pa.int64(), "float": pa.float64(), "bool": pa.bool_(), "date": pa.date32()}[k]
+    ok = {"int": pa.types.is_integer, "float": pa.types.is_floating, "bool": pa.types.is_boolean,
+          "date": pa.types.is_date}[k]
+    if not ok(t):
+        raise TypeError(f"{t}, not {k}")
+    if like is not None and t != like:
+        note = str(t)
+    return arr.cast(want), note
+
+
 def fingerprint(path, schema):
-    """What must be equal between engines, and what is only informative."""
+    """Totals of one output, read back in batches, and what is only informative."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    meta = pq.ParquetFile(path).metadata
-    table = pq.read_table(path)
-    fp = {"rows": table.num_rows, "columns": {}}
+    pf = pq.ParquetFile(path)
+    meta = pf.metadata
+    arrow_schema = pf.schema_arrow
+    names = [c["name"] for c in schema]
+    acc = {c["name"]: {"nulls": 0, "sum": Decimal(0), "fsums": [], "trues": 0, "bytes": 0} for c in schema}
+    rows = 0
+    for batch in pf.iter_batches(batch_size=VERIFY_BATCH, columns=names, use_threads=False):
+        rows += batch.num_rows
+        for c in schema:
+            a, k = acc[c["name"]], kind(c["type"])
+            col, _ = canonical(batch.column(c["name"]), c["type"])
+            a["nulls"] += col.null_count
+            if k == "string":
+                a["bytes"] += pc.sum(pc.binary_length(col)).as_py() or 0
+            elif k == "bool":
+                a["trues"] += pc.sum(col.cast(pa.int64())).as_py() or 0
+            elif k == "float" or pa.types.is_floating(col.type):
+                a["fsums"].append(math.fsum(col.drop_null().to_pylist()))
+            elif k == "decimal":
+                a["sum"] += pc.sum(col).as_py() or 0
+            else:  # int, date (days), timestamp (µs): exact in decimal128(38, 0)
+                col = col.cast(pa.int32()) if k == "date" else col
+                a["sum"] += pc.sum(col.cast(pa.int64()).cast(pa.decimal128(38, 0))).as_py() or 0
+    fp = {"rows": rows, "columns": {}}
     for c in schema:
-        col = table.column(c["name"])
-        entry = {"nulls": col.null_count}
-        t = c["type"]
-        if t in ("int32", "int64"):
-            entry["sum"] = str(pc.sum(col.cast(pa.int64())).as_py() or 0)
-        elif t == "float64":
-            s = math.fsum(col.to_pylist())
-            entry["fsum"] = repr(s)
-            entry["sum"] = str(Decimal(s).quantize(Decimal("0.01")))
-        elif t == "timestamp":
-            entry["tz_aware"] = col.type.tz is not None
-            micros = col.cast(pa.timestamp("us", tz=col.type.tz)).cast(pa.int64())
-            secs = pc.divide(micros, 1_000_000)
-            rest = pc.subtract(micros, pc.multiply(secs, 1_000_000))
-            entry["sum"] = str((pc.sum(secs).as_py() or 0) * 1_000_000 + (pc.sum(rest).as_py() or 0))
-        elif t == "string":
-            entry["bytes"] = pc.sum(pc.binary_length(col)).as_py() or 0
-        fp["columns"][c["name"]] = entry
+        a, k, name = acc[c["name"]], kind(c["type"]), c["name"]
+        entry = {"nulls": a["nulls"]}
+        if k == "string":
+            entry["bytes"] = a["bytes"]
+        elif k == "bool":
+            entry["trues"] = a["trues"]
+        elif a["fsums"]:
+            entry["fsum"] = repr(math.fsum(a["fsums"]))
+        else:
+            entry["sum"] = str(a["sum"])
+        if k == "timestamp":
+            entry["tz_aware"] = arrow_schema.field(name).type.tz is not None
+        fp["columns"][name] = entry
     codecs = {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} if meta.num_row_groups else set()
     info = {"row_groups": meta.num_row_groups, "codecs": sorted(codecs), "bytes": os.path.getsize(path),
-            "types": {f.name: str(f.type) for f in table.schema}}
+            "types": {f.name: str(f.type) for f in arrow_schema}}
     return fp, info
 
 
-def expected_fingerprint(expected, schema):
-    fp = {"rows": expected["rows"], "columns": {}}
-    for c in schema:
-        name, entry = c["name"], {"nulls": 0}
-        if c["type"] == "string":
-            entry["bytes"] = expected["string_bytes"][name]
-        else:
-            entry["sum"] = expected["sums"][name]
-        if c["type"] == "timestamp":
-            entry["tz_aware"] = True
-        fp["columns"][name] = entry
-    return fp
-
-
-def differences(fp, ref, label):
-    """Mismatches of fp against ref (only the keys ref has)."""
+def expected_differences(fp, expected, schema):
+    """Mismatches of an output's totals against the generator's expected.json."""
     out = []
-    if fp["rows"] != ref["rows"]:
-        out.append(f"rows {fp['rows']} != {label} {ref['rows']}")
-    for name, want in ref["columns"].items():
-        got = fp["columns"].get(name, {})
-        for k, v in want.items():
-            if got.get(k) != v:
-                out.append(f"{name}.{k} {got.get(k)} != {label} {v}")
+    if fp["rows"] != expected["rows"]:
+        out.append(f"rows {fp['rows']} != expected {expected['rows']}")
+    for c in schema:
+        name, k = c["name"], kind(c["type"])
+        got = fp["columns"][name]
+        want = {"nulls": expected.get("nulls", {}).get(name, 0)}
+        if k == "string":
+            want["bytes"] = expected["string_bytes"][name]
+        elif k == "bool":
+            want["trues"] = expected["true_counts"][name]
+        else:
+            want["sum"] = expected["sums"][name]
+        if k == "timestamp":
+            want["tz_aware"] = True
+        if "fsum" in got and "sum" in want:
+            # The exact sum of the decimals written, against the sum of the doubles read,
+            # rounded to the digits of the exact sum.
+            exact = Decimal(want["sum"])
+            got = dict(got, sum=str(Decimal(got["fsum"]).quantize(exact)))
+        for key, v in want.items():
+            g = got.get(key)
+            same = Decimal(g) == Decimal(v) if key == "sum" and g is not None else g == v
+            if not same:
+                out.append(f"{name}.{key} {g} != expected {v}")
     return out
+
+
+def value_differences(path, ref_path, schema):
+    """Value-by-value comparison of the output at path with tidemark's (ref_path): the
+    problems (values or rows that differ, types that cannot be compared) and the notes
+    (types that differ beyond representation, values equal once normalised)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    got_file, ref_file = pq.ParquetFile(path), pq.ParquetFile(ref_path)
+    problems, notes = [], {}
+    rows, ref_rows = got_file.metadata.num_rows, ref_file.metadata.num_rows
+    if rows != ref_rows:
+        problems.append(f"rows {rows} != tidemark {ref_rows} (the first {min(rows, ref_rows)} compared)")
+    names = [c["name"] for c in schema]
+    got_types = {f.name: f.type for f in got_file.schema_arrow}
+    ref_types = {f.name: f.type for f in ref_file.schema_arrow}
+    missing = [n for n in names if n not in got_types]
+    if missing:
+        return problems + [f"no column {', '.join(missing)}"], notes
+    mismatched = {}  # name: [rows that differ, first row, tidemark's value, this value]
+    unusable = {}
+
+    def aligned():
+        """Equal-length slices of the two files' batches, in order."""
+        it_got = got_file.iter_batches(batch_size=VERIFY_BATCH, columns=names, use_threads=False)
+        it_ref = ref_file.iter_batches(batch_size=VERIFY_BATCH, columns=names, use_threads=False)
+        got = ref = None
+        while True:
+            while got is None or got.num_rows == 0:
+                got = next(it_got, None)
+                if got is None:
+                    return
+            while ref is None or ref.num_rows == 0:
+                ref = next(it_ref, None)
+                if ref is None:
+                    return
+            n = min(got.num_rows, ref.num_rows)
+            yield got.slice(0, n), ref.slice(0, n)
+            got, ref = got.slice(n), ref.slice(n)
+
+    offset = 0
+    for got, ref in aligned():
+        for c in schema:
+            name = c["name"]
+            if name in unusable:
+                continue
+            try:
+                b, note = canonical(got.column(name), c["type"], like=ref_types[name])
+                a, _ = canonical(ref.column(name), c["type"])
+            except (TypeError, ValueError) as e:
+                unusable[name] = f"{name}: {got_types[name]} vs tidemark {ref_types[name]} ({e})"
+                continue
+            if note:
+                notes[name] = note
+            if b.type != a.type:
+                # A decimal written as a double: compare tidemark's decimals as doubles.
+                a = a.cast(b.type)
+            if a.equals(b):
+                continue
+            eq = pc.equal(a, b)
+            same = pc.if_else(pc.is_null(eq), pc.and_(a.is_null(), b.is_null()), eq)
+            bad = len(same) - (pc.sum(same.cast("int64")).as_py() or 0)
+            if bad == 0:
+                continue
+            first = pc.index(same, False).as_py()
+            m = mismatched.setdefault(name, [0, offset + first, a[first].as_py(), b[first].as_py()])
+            m[0] += bad
+        offset += got.num_rows
+    problems += list(unusable.values())
+    for name, (bad, first, want, have) in mismatched.items():
+        show = lambda v: repr(v if not isinstance(v, str) or len(v) <= 40 else v[:40] + "…")
+        problems.append(f"{name}: {bad} rows differ, the first at row {first}: {show(have)} (tidemark {show(want)})")
+    return problems, notes
 
 
 def fmt_s(x):
@@ -229,6 +398,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", required=True)
     ap.add_argument("--data", required=True)
+    ap.add_argument("--stem", default="orders", help="the data files are STEM.csv, STEM.jsonl and their .gz")
+    ap.add_argument("--schema", help="the columns (bench/schema.json's format); default DATA/schema.json")
+    ap.add_argument("--label", help="the dataset, as the report names it; default STEM")
     ap.add_argument("--work", required=True)
     ap.add_argument("--results", required=True)
     args = ap.parse_args()
@@ -240,9 +412,22 @@ def main():
     rss_mode = os.environ.get("BENCH_RSS") or ("time" if os.access("/usr/bin/time", os.X_OK) else "wait4")
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.results, exist_ok=True)
-    schema = json.load(open(os.path.join(args.data, "schema.json")))
-    expected = json.load(open(os.path.join(args.data, "expected.json")))
-    want = expected_fingerprint(expected, schema)
+    schema_path = os.path.abspath(args.schema or os.path.join(args.data, "schema.json"))
+    with open(schema_path) as f:
+        schema = json.load(f)
+    expected = None
+    if os.path.exists(os.path.join(args.data, "expected.json")):
+        with open(os.path.join(args.data, "expected.json")) as f:
+            expected = json.load(f)
+    source = lambda case: os.path.join(args.data, args.stem + CASES[case][2])
+    for case in list(cases):
+        if case not in CASES:
+            sys.exit(f"unknown case {case}")
+        if not os.path.exists(source(case)):
+            log(f"bench: no {source(case)}: skipping the {case} case")
+            cases.remove(case)
+    if not cases:
+        sys.exit("bench: no input file for any case")
     python = sys.executable
     engines_py = os.path.join(HERE, "engines.py")
 
@@ -262,16 +447,17 @@ def main():
         sys.exit("bench: tidemark must be among BENCH_ENGINES (ratios are against it)")
 
     def command(engine, case):
-        fmt, comp, name = CASES[case]
-        src = os.path.join(args.data, name)
+        fmt, comp, _ = CASES[case]
+        src = source(case)
         out = os.path.join(args.work, f"{engine}-{case}.parquet")
         if engine == "tidemark":
-            return [args.bin, "convert", "--format", fmt, "--compression", comp, src, out], out
+            return [args.bin, "convert", "--format", fmt, "--compression", comp, "--schema", schema_path,
+                    src, out], out
         if engine == "floor: bench read":
             return [args.bin, "read", "--compression", comp, src], None
         if engine == "floor: cat/zcat":
             return (["gzip", "-dc", src] if comp == "gzip" else ["cat", src]), None
-        return [python, engines_py, engine, fmt, comp, src, out, os.path.join(args.data, "schema.json")], out
+        return [python, engines_py, engine, fmt, comp, src, out, schema_path], out
 
     jobs = [(case, engine) for case in cases for engine in engines + FLOORS
             if not (engine == "pyarrow-stream" and CASES[case][0] != "csv")]
@@ -295,22 +481,26 @@ def main():
             if out:
                 fp, info = fingerprint(out, schema)
                 infos[(case, engine)] = info
-                problems = differences(fp, want, "expected")
-                verified[(case, engine)] = (fp, problems)
+                problems = expected_differences(fp, expected, schema) if expected else []
+                verified[(case, engine)] = (fp, problems, {})
         for case in cases:
             ref = verified[(case, "tidemark")][0]
+            ref_path = command("tidemark", case)[1]
             for engine in engines:
-                if (case, engine) in verified:
-                    fp, problems = verified[(case, engine)]
-                    # Floats: fsum must be bit-identical to tidemark's (same parsed doubles).
-                    problems = problems + differences(fp, ref, "tidemark")
-                    verified[(case, engine)] = (fp, problems)
+                if engine != "tidemark" and (case, engine) in verified:
+                    fp, problems, _ = verified[(case, engine)]
+                    t0 = time.perf_counter()
+                    more, notes = value_differences(command(engine, case)[1], ref_path, schema)
+                    log(f"  compared {case:9} {engine:18} with tidemark value by value in "
+                        f"{time.perf_counter() - t0:.1f}s: {'equal' if not more else more[:3]}")
+                    verified[(case, engine)] = (fp, problems + more, notes)
             # tidemark's own stats must agree with the read-back.
             st = tidemark_stats[case]
             if st["rows"] != ref["rows"]:
                 verified[(case, "tidemark")][1].append(f"stats rows {st['rows']}")
-            for name in ("order_id", "customer_id", "product_id", "quantity"):
-                if st["sums"][name] != ref["columns"][name]["sum"]:
+            for c in schema:
+                name = c["name"]
+                if kind(c["type"]) in ("int", "decimal") and Decimal(st["sums"][name]) != Decimal(ref["columns"][name]["sum"]):
                     verified[(case, "tidemark")][1].append(f"stats {name} {st['sums'][name]}")
         # Measured rounds, interleaved.
         for i in range(runs):
@@ -341,13 +531,16 @@ def main():
     load_end = loadavg()
 
     # ---- report
-    sizes = {case: os.path.getsize(os.path.join(args.data, CASES[case][2])) for case in cases}
+    sizes = {case: os.path.getsize(source(case)) for case in cases}
+    rows = verified[(cases[0], "tidemark")][0]["rows"]
     med = {job: statistics.median(s["wall"] for s in samples[job]) for job in jobs}
     lines = []
     lines.append(f"Run {started:%Y-%m-%d %H:%M} – {finished:%H:%M} UTC; load average (1, 5, 15 min) "
                  f"at start {load_start}, at the start of each round {'; '.join(load_samples)}, at the end {load_end}.")
     lines.append(f"Machine: {machine()}. Code: {source_state()}.")
-    lines.append(f"Rows: {expected['rows']:,}; {runs} measured runs per engine and case after one warm-up; "
+    lines.append(f"Dataset: {args.label or args.stem}, {len(schema)} columns; "
+                 f"{'totals checked against its expected.json' if expected else 'no expected.json: tidemark against each peer only'}.")
+    lines.append(f"Rows: {rows:,}; {runs} measured runs per engine and case after one warm-up; "
                  f"peak RSS via {'/usr/bin/time %M' if rss_mode == 'time' else 'os.wait4 rusage in a python -S wrapper'}; "
                  f"versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())) + f", Python {platform.python_version()}.")
     lines.append("")
@@ -368,8 +561,10 @@ def main():
             rss = max(x["rss"] for x in s)
             info = infos.get(job)
             if job in verified:
-                problems = verified[job][1]
+                _, problems, notes = verified[job]
                 check = "equal" if not problems else "DIFFERS: " + "; ".join(problems[:3])
+                if notes and not problems:
+                    check += " (" + "; ".join(f"{k}: {v}" for k, v in notes.items()) + ")"
             else:
                 check = "–"
             out_cols = f"{info['bytes'] / MB:.1f} | {info['row_groups']}" if info else "– | –"
@@ -403,9 +598,13 @@ def main():
                  "COPY (SELECT * FROM read_csv/read_json) TO parquet, threads=1; polars = read_csv / read_ndjson + "
                  "write_parquet, POLARS_MAX_THREADS=1; floor: bench read = `tidemark-bench read` (the converter's "
                  "read path and gzip decoder, no parsing); floor: cat/zcat = `cat` / `gzip -dc` to /dev/null.")
+    lines.append("output = every column of the engine's Parquet equal to tidemark's, value by value and row by row "
+                 "(after bringing types written differently to one form; a note in parentheses names a type that "
+                 "differs beyond representation), and its totals equal to the generator's expected.json when there "
+                 "is one.")
     lines.append("")
-    if expected["rows"] != 1_000_000:
-        summary.insert(0, f"- The targets are for 1,000,000 rows; this run has {expected['rows']:,}: "
+    if rows != 1_000_000:
+        summary.insert(0, f"- The targets are for 1,000,000 rows; this run has {rows:,}: "
                           "the verdicts below are only a check of the harness.")
     lines.extend(summary)
     lines.append("")
@@ -429,18 +628,21 @@ def main():
         f.write(report)
     with open(os.path.join(args.results, f"{stamp}.json"), "w") as f:
         json.dump({
-            "started": started.isoformat(), "finished": finished.isoformat(), "rows": expected["rows"],
+            "started": started.isoformat(), "finished": finished.isoformat(), "rows": rows,
+            "dataset": {"label": args.label or args.stem, "data": os.path.abspath(args.data), "schema": schema_path,
+                        "expected": expected is not None},
             "load": {"start": load_start, "rounds": load_samples, "end": load_end}, "rss_mode": rss_mode,
             "versions": versions, "sizes": sizes,
             "samples": {f"{c}|{e}": [{k: v for k, v in x.items() if k != "stdout"} for x in s] for (c, e), s in samples.items()},
-            "verification": {f"{c}|{e}": {"fingerprint": fp, "problems": p} for (c, e), (fp, p) in verified.items()},
+            "verification": {f"{c}|{e}": {"fingerprint": fp, "problems": p, "notes": n}
+                             for (c, e), (fp, p, n) in verified.items()},
             "outputs": {f"{c}|{e}": i for (c, e), i in infos.items()},
             "tidemark_stats": tidemark_stats,
             "startup": {k: [{kk: vv for kk, vv in x.items() if kk != "stdout"} for x in v] for k, v in cold.items()},
         }, f, indent=1, default=str)
     print(report)
     log(f"bench: results in {args.results}/{stamp}.md and .json")
-    bad = [job for job, (_, p) in verified.items() if p]
+    bad = [job for job, (_, p, _) in verified.items() if p]
     if bad:
         log(f"bench: OUTPUTS DIFFER for {bad}")
         sys.exit(1)

@@ -13,7 +13,7 @@
 //! column's key twice is refused rather than read as its last value.
 
 use std::collections::HashMap;
-use std::io::{BufRead, Read};
+use std::io::BufRead;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
@@ -87,12 +87,10 @@ impl<R: BufRead> JsonBatches<R> {
         self.buf.clear();
         self.rows.clear();
         // Room for the longest line allowed and its terminator (CRLF at most).
-        let limit = (self.max_record_bytes as u64).saturating_add(2);
+        let limit = self.max_record_bytes.saturating_add(2);
         while !self.end && self.rows.len() < self.batch_rows && self.buf.len() < self.batch_bytes {
             let start = self.buf.len();
-            let read = (&mut self.reader)
-                .take(limit)
-                .read_until(b'\n', &mut self.buf)?;
+            let read = read_line(&mut self.reader, &mut self.buf, limit)?;
             if read == 0 {
                 self.end = true;
                 break;
@@ -377,6 +375,35 @@ fn one_value(line: u64) -> ConvertError {
         None,
         "expected exactly one JSON value on the line",
     )
+}
+
+/// Appends the next line of `reader` to `buf`, newline included, reading at most `limit`
+/// bytes (what `reader.take(limit).read_until(b'\n', buf)` does, with `memchr`); returns
+/// the number of bytes read, 0 at the end of the input.
+fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, limit: usize) -> std::io::Result<usize> {
+    let mut read = 0;
+    while read < limit {
+        let available = match reader.fill_buf() {
+            Ok(available) => available,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let available = &available[..available.len().min(limit - read)];
+        if available.is_empty() {
+            break;
+        }
+        let (taken, done) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        buf.extend_from_slice(&available[..taken]);
+        reader.consume(taken);
+        read += taken;
+        if done {
+            break;
+        }
+    }
+    Ok(read)
 }
 
 /// Reads to the end of the line (or of the input) without keeping what it reads.

@@ -11,6 +11,13 @@
 //! arrow-json reading would change a value (integers, decimals, dates, timestamps,
 //! floats; see [`super::value`]) are decoded by [`Strict`], and an object holding a
 //! column's key twice is refused rather than read as its last value.
+//!
+//! Most batches never reach arrow-json: their lines are read in one pass by the
+//! [`flat::FlatDecoder`], which declines any line it is not certain to read as arrow-json
+//! would. The batch of a declined line is then fed to arrow-json from its first line, so
+//! that its rows, errors and rejected rows are exactly those of arrow-json's path.
+
+mod flat;
 
 use std::collections::HashMap;
 use std::io::BufRead;
@@ -32,6 +39,7 @@ use arrow_json::reader::{
 };
 use arrow_schema::{ArrowError, DataType, FieldRef, Schema, SchemaRef};
 
+use self::flat::FlatDecoder;
 use super::reject::RejectLog;
 use super::value;
 use super::{Batches, ConvertError, ConvertSpec, arrow_message, null_violation, nullable};
@@ -48,6 +56,11 @@ pub(super) struct JsonBatches<R> {
     /// `schema` with all fields nullable: what batches are decoded against.
     decode_schema: SchemaRef,
     decoder: Decoder,
+    /// The fast path, `None` when the schema has a column it does not read.
+    flat: Option<FlatDecoder>,
+    /// The batch in progress is read by `flat` (no line of it declined so far); otherwise
+    /// its lines are in `decoder`.
+    fast: bool,
     /// The lines of the batch in progress, each ending with a newline.
     buf: Vec<u8>,
     /// Number and extent in `buf` of each line holding a row.
@@ -65,6 +78,7 @@ impl<R: BufRead> JsonBatches<R> {
         let decode_schema = nullable(&spec.schema);
         let decoder = decoder(&decode_schema, spec.batch_rows)
             .map_err(|e| ConvertError::invalid_spec(arrow_message(e)))?;
+        let flat = FlatDecoder::new(&decode_schema).filter(|_| !arrow_only());
         Ok(Self {
             reader,
             batch_rows: spec.batch_rows,
@@ -73,6 +87,8 @@ impl<R: BufRead> JsonBatches<R> {
             schema: spec.schema.clone(),
             decode_schema,
             decoder,
+            flat,
+            fast: false,
             buf: Vec::new(),
             rows: Vec::new(),
             line: 0,
@@ -86,6 +102,10 @@ impl<R: BufRead> JsonBatches<R> {
     fn fill(&mut self) -> Result<(), ConvertError> {
         self.buf.clear();
         self.rows.clear();
+        self.fast = self.flat.is_some();
+        if let Some(flat) = &mut self.flat {
+            flat.clear();
+        }
         // Room for the longest line allowed and its terminator (CRLF at most).
         let limit = self.max_record_bytes.saturating_add(2);
         while !self.end && self.rows.len() < self.batch_rows && self.buf.len() < self.batch_bytes {
@@ -120,12 +140,21 @@ impl<R: BufRead> JsonBatches<R> {
             if self.buf.last() != Some(&b'\n') {
                 self.buf.push(b'\n');
             }
-            let text = &self.buf[start..];
-            if std::str::from_utf8(text).is_err() {
+            let Ok(text) = std::str::from_utf8(&self.buf[start..]) else {
                 let error = ConvertError::parse(Some(self.line), None, "invalid UTF-8");
                 self.set_aside(start, error)?;
                 continue;
+            };
+            if self.fast {
+                if let Some(flat) = &mut self.flat
+                    && flat.push(text).is_ok()
+                {
+                    self.rows.push((self.line, start..self.buf.len()));
+                    continue;
+                }
+                self.decline()?;
             }
+            let text = &self.buf[start..];
             let before = self.decoder.len();
             let taken = self
                 .decoder
@@ -159,6 +188,29 @@ impl<R: BufRead> JsonBatches<R> {
             self.rows.push((self.line, start..self.buf.len()));
         }
         Ok(())
+    }
+
+    /// The batch in progress leaves the fast path: its rows so far are fed to `decoder`,
+    /// which reads the rest of it, as if the fast path had never read them.
+    fn decline(&mut self) -> Result<(), ConvertError> {
+        self.fast = false;
+        if let Some(flat) = &mut self.flat {
+            flat.clear();
+        }
+        self.refeed()
+    }
+
+    /// The batch the fast path read, if it read the batch in progress and it has rows:
+    /// `None` leaves the batch to `decoder` (which then holds its lines).
+    fn take_flat_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
+        if !std::mem::take(&mut self.fast) {
+            return Ok(None);
+        }
+        let batch = self.flat.as_mut().and_then(FlatDecoder::finish);
+        if batch.is_none() && !self.rows.is_empty() {
+            self.decline()?;
+        }
+        Ok(batch)
     }
 
     /// Sets the line at `start` of `buf` (its end) aside for `error`, or fails with it.
@@ -327,7 +379,11 @@ impl<R: BufRead> JsonBatches<R> {
 impl<R: BufRead> Batches for JsonBatches<R> {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
         self.fill()?;
-        let batch = match self.decoder.flush() {
+        let flushed = match self.take_flat_batch()? {
+            Some(batch) => Ok(Some(batch)),
+            None => self.decoder.flush(),
+        };
+        let batch = match flushed {
             Ok(Some(batch)) => batch,
             Ok(None) if self.end => return Ok(None),
             Ok(None) => return Ok(Some(RecordBatch::new_empty(self.decode_schema.clone()))),
@@ -404,6 +460,17 @@ fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, limit: usize) -> std:
         }
     }
     Ok(read)
+}
+
+/// Whether tests asked for arrow-json's path only (see [`tests::arrow_only`]).
+#[cfg(test)]
+fn arrow_only() -> bool {
+    tests::ARROW_ONLY.with(std::cell::Cell::get)
+}
+
+#[cfg(not(test))]
+fn arrow_only() -> bool {
+    false
 }
 
 /// Reads to the end of the line (or of the input) without keeping what it reads.
@@ -712,8 +779,23 @@ impl ArrayDecoder for Finite {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+
     use super::super::testutil::*;
     use super::super::{ConvertError, convert};
+
+    thread_local! {
+        /// Set by [`arrow_only`]: decoders made on this thread skip the fast path.
+        pub(super) static ARROW_ONLY: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// `f` run with arrow-json's path only, as before the fast path: for comparing both.
+    pub(super) fn arrow_only<T>(f: impl FnOnce() -> T) -> T {
+        let before = ARROW_ONLY.with(|a| a.replace(true));
+        let result = f();
+        ARROW_ONLY.with(|a| a.set(before));
+        result
+    }
 
     const AB: &str =
         r#"[{"name":"a","type":"int32","nullable":false},{"name":"b","type":"decimal(12,2)"}]"#;
@@ -926,6 +1008,20 @@ mod tests {
             parse_error("{\"a\":1}\n{\"a\":1234567}\n", &spec),
             "line 2: the line is longer than the limit of 12 bytes (max_record_bytes)"
         );
+    }
+
+    #[test]
+    fn surrogate_pairs_are_read_as_arrow_json_reads_them() {
+        let spec = json_spec(r#"[{"name":"s","type":"string"}]"#);
+        let input = r#"{"s":"\uD83D\uDE00"}
+{"s":"\uD840\uDC00"}
+"#;
+        let (_, parquet) = run(input, &spec);
+        // arrow-json joins the halves of U+20000 into U+10000 (it ORs 0x10000 in where
+        // UTF-16 adds it): the fast path leaves such pairs to arrow-json, so that the
+        // converter reads them as it always has.
+        assert_eq!(parquet.rows, text_rows(&["\u{1F600}", "\u{10000}"]));
+        assert_eq!(arrow_only(|| run(input, &spec)).1.rows, parquet.rows);
     }
 
     #[test]

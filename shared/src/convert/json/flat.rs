@@ -1,0 +1,596 @@
+//! The fast path of [`super::JsonBatches`]: flat JSON objects read in one pass, straight
+//! into the typed columns of a batch.
+//!
+//! arrow-json first writes every line to a tape and then walks the tape once per column;
+//! most lines of a file are flat objects whose keys come in the schema's order, which can
+//! be read byte by byte into the builders instead. The decoder here accepts a line only
+//! when it is certain that arrow-json's path (its tape and the strict decoders of
+//! `super`) would read the same values from it; on any doubt it [`Declined`], and the
+//! whole batch goes through that path, which then reports errors and sets rows aside
+//! exactly as before. So this module never produces an error message of its own.
+//!
+//! What it accepts, arrow-json's tape accepts too: strict JSON where the tape is lenient
+//! (a missing or extra comma is declined), tokens cut where the tape cuts them (a number
+//! is the longest run of `0-9+-.eE`, as arrow-json hands it to the column decoders), and
+//! escapes decoded as the tape decodes them. Values are converted by the same functions
+//! as the strict decoders ([`value`], arrow-cast's parsers). Declined: a value of a JSON
+//! type other than the column decoder reads, a column's key given twice, a value that
+//! fails to convert, a float too large for its type, a surrogate pair that arrow-json
+//! decodes wrongly, nesting deeper than [`MAX_DEPTH`], anything after the object.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::builder::{BooleanBuilder, PrimitiveBuilder, StringBuilder};
+use arrow_array::types::{
+    Date32Type, Decimal128Type, Float32Type, Float64Type, Int32Type, Int64Type,
+    TimestampMicrosecondType,
+};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_cast::parse::Parser;
+use arrow_schema::{DataType, SchemaRef};
+use memchr::memchr2;
+
+use super::super::value;
+use crate::schema::ColumnType;
+
+/// The line is not for the fast path: its batch goes through arrow-json's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Declined;
+
+type Read<T = ()> = Result<T, Declined>;
+
+/// Deepest nesting of arrays and objects skipped in the values of unknown keys: the
+/// skipping recurses, and no flat row needs more.
+const MAX_DEPTH: usize = 64;
+
+/// Rows of flat objects decoded into the columns of a batch.
+pub(super) struct FlatDecoder {
+    /// The schema of the batches: the decode schema of [`super::JsonBatches`].
+    schema: SchemaRef,
+    columns: Vec<Column>,
+    /// Column names by index: keys usually come in the schema's order, so the column after
+    /// the last one found is compared first, before `index`.
+    names: Vec<String>,
+    /// Whether each name is written in JSON as itself (it has no `"` or `\`), so that a
+    /// key can be compared with it in place, without decoding the key.
+    plain: Vec<bool>,
+    /// Column index by name.
+    index: HashMap<String, usize>,
+    /// The generation (row) in which each column was last given a value.
+    seen: Vec<u64>,
+    generation: u64,
+    /// Rows read since the last [`Self::finish`].
+    rows: usize,
+    /// Part of a row may have been appended (after [`Declined`]): clear before reuse.
+    dirty: bool,
+    /// Strings with escapes, decoded.
+    scratch: String,
+}
+
+impl FlatDecoder {
+    /// A decoder of rows of `schema`, or `None` when a column has a type this decoder
+    /// does not read, or two columns share a name (arrow-json then fills the first).
+    pub(super) fn new(schema: &SchemaRef) -> Option<Self> {
+        let fields = schema.fields();
+        let columns = fields
+            .iter()
+            .map(|f| Column::new(ColumnType::from_arrow(f.data_type())?, f.data_type()))
+            .collect::<Option<Vec<_>>>()?;
+        let names: Vec<String> = fields.iter().map(|f| f.name().clone()).collect();
+        let index: HashMap<String, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.clone(), i))
+            .collect();
+        if names.is_empty() || index.len() != names.len() {
+            return None;
+        }
+        Some(Self {
+            schema: schema.clone(),
+            columns,
+            plain: names.iter().map(|n| !n.contains(['"', '\\'])).collect(),
+            seen: vec![0; names.len()],
+            names,
+            index,
+            generation: 0,
+            rows: 0,
+            dirty: false,
+            scratch: String::new(),
+        })
+    }
+
+    /// Reads `line` (one line of text, its newline included or not) as one more row, or
+    /// declines it; after declining, the decoder holds part of a row until [`Self::clear`].
+    pub(super) fn push(&mut self, line: &str) -> Read {
+        self.dirty = true;
+        self.generation += 1;
+        let mut cur = Cursor::new(line);
+        cur.skip_ws();
+        cur.expect(b'{')?;
+        cur.skip_ws();
+        if !cur.eat(b'}') {
+            let mut next = 0;
+            loop {
+                cur.expect(b'"')?;
+                let column = self.key(&mut cur, next)?;
+                cur.skip_ws();
+                cur.expect(b':')?;
+                cur.skip_ws();
+                match column {
+                    Some(c) => {
+                        if self.seen[c] == self.generation {
+                            return Err(Declined);
+                        }
+                        self.seen[c] = self.generation;
+                        next = c + 1;
+                        self.value(&mut cur, c)?;
+                    }
+                    None => skip_value(&mut cur, &mut self.scratch, 0)?,
+                }
+                cur.skip_ws();
+                match cur.next() {
+                    Some(b',') => cur.skip_ws(),
+                    Some(b'}') => break,
+                    _ => return Err(Declined),
+                }
+            }
+        }
+        cur.skip_ws();
+        if !cur.is_end() {
+            return Err(Declined);
+        }
+        let generation = self.generation;
+        for (column, _) in self
+            .columns
+            .iter_mut()
+            .zip(&self.seen)
+            .filter(|(_, seen)| **seen != generation)
+        {
+            column.null();
+        }
+        self.rows += 1;
+        self.dirty = false;
+        Ok(())
+    }
+
+    /// The rows read since the last call as a batch, and the decoder ready for the next;
+    /// `None` when there are none (or, which cannot happen, the columns do not make one).
+    pub(super) fn finish(&mut self) -> Option<RecordBatch> {
+        let rows = std::mem::take(&mut self.rows);
+        let columns: Vec<ArrayRef> = self.columns.iter_mut().map(Column::finish).collect();
+        self.dirty = false;
+        if rows == 0 {
+            return None;
+        }
+        RecordBatch::try_new(self.schema.clone(), columns)
+            .ok()
+            .filter(|b| b.num_rows() == rows)
+    }
+
+    /// Forgets the rows read and any part of a row.
+    pub(super) fn clear(&mut self) {
+        if self.dirty || self.rows > 0 {
+            self.finish();
+        }
+    }
+
+    /// The column of the key at `cur` (after its opening quote), `None` for a key not in
+    /// the schema; `next` is the column expected.
+    fn key(&mut self, cur: &mut Cursor<'_>, next: usize) -> Read<Option<usize>> {
+        if let Some(name) = self.names.get(next)
+            && self.plain[next]
+            && cur
+                .rest()
+                .strip_prefix(name.as_bytes())
+                .and_then(|r| r.first())
+                == Some(&b'"')
+        {
+            cur.at += name.len() + 1;
+            return Ok(Some(next));
+        }
+        let key = cur.string(&mut self.scratch)?;
+        Ok(match self.names.get(next) {
+            Some(name) if name == key => Some(next),
+            _ => self.index.get(key).copied(),
+        })
+    }
+
+    /// Reads the value at `cur` into column `c`.
+    fn value(&mut self, cur: &mut Cursor<'_>, c: usize) -> Read {
+        let column = &mut self.columns[c];
+        match cur.peek() {
+            Some(b'"') => {
+                cur.at += 1;
+                column.string(cur.string(&mut self.scratch)?)
+            }
+            Some(b'-' | b'0'..=b'9') => column.number(cur.number()),
+            Some(b'n') => {
+                cur.literal("null")?;
+                column.null();
+                Ok(())
+            }
+            Some(b't') => {
+                cur.literal("true")?;
+                column.boolean(true)
+            }
+            Some(b'f') => {
+                cur.literal("false")?;
+                column.boolean(false)
+            }
+            _ => Err(Declined),
+        }
+    }
+}
+
+/// Skips the value at `cur`, which must be valid where arrow-json's tape would check it:
+/// the value of a key not in the schema, which arrow-json reads and ignores.
+fn skip_value(cur: &mut Cursor<'_>, scratch: &mut String, depth: usize) -> Read {
+    match cur.peek() {
+        Some(b'"') => {
+            cur.at += 1;
+            cur.string(scratch).map(drop)
+        }
+        Some(b'-' | b'0'..=b'9') => {
+            cur.number();
+            Ok(())
+        }
+        Some(b'n') => cur.literal("null"),
+        Some(b't') => cur.literal("true"),
+        Some(b'f') => cur.literal("false"),
+        Some(open @ (b'{' | b'[')) if depth < MAX_DEPTH => {
+            cur.at += 1;
+            let close = if open == b'{' { b'}' } else { b']' };
+            cur.skip_ws();
+            if cur.eat(close) {
+                return Ok(());
+            }
+            loop {
+                if open == b'{' {
+                    cur.expect(b'"')?;
+                    cur.string(scratch)?;
+                    cur.skip_ws();
+                    cur.expect(b':')?;
+                    cur.skip_ws();
+                }
+                skip_value(cur, scratch, depth + 1)?;
+                cur.skip_ws();
+                match cur.next() {
+                    Some(b',') => cur.skip_ws(),
+                    Some(b) if b == close => return Ok(()),
+                    _ => return Err(Declined),
+                }
+            }
+        }
+        _ => Err(Declined),
+    }
+}
+
+/// A position in a line.
+struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(text: &'a str) -> Self {
+        Self { text, at: 0 }
+    }
+
+    fn rest(&self) -> &'a [u8] {
+        self.text.as_bytes().get(self.at..).unwrap_or_default()
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.text.as_bytes().get(self.at).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let b = self.peek()?;
+        self.at += 1;
+        Some(b)
+    }
+
+    fn is_end(&self) -> bool {
+        self.at >= self.text.len()
+    }
+
+    /// Skips JSON whitespace, as arrow-json's tape knows it.
+    fn skip_ws(&mut self) {
+        let skipped = self
+            .rest()
+            .iter()
+            .take_while(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+            .count();
+        self.at += skipped;
+    }
+
+    /// Consumes `b` if it comes next.
+    fn eat(&mut self, b: u8) -> bool {
+        let found = self.peek() == Some(b);
+        self.at += usize::from(found);
+        found
+    }
+
+    fn expect(&mut self, b: u8) -> Read {
+        if self.eat(b) { Ok(()) } else { Err(Declined) }
+    }
+
+    fn literal(&mut self, word: &str) -> Read {
+        if !self.rest().starts_with(word.as_bytes()) {
+            return Err(Declined);
+        }
+        self.at += word.len();
+        Ok(())
+    }
+
+    /// The number token at the cursor, cut as arrow-json's tape cuts it: the longest run
+    /// of `0-9+-.eE` (whether it is a number is for the column to say).
+    fn number(&mut self) -> &'a str {
+        let start = self.at;
+        let len = self
+            .rest()
+            .iter()
+            .take_while(|b| matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+            .count();
+        self.at += len;
+        // The token is ASCII, so its ends are character boundaries.
+        self.text.get(start..self.at).unwrap_or_default()
+    }
+
+    /// The string at the cursor (after its opening quote), up to its closing quote, which
+    /// is consumed: in place when it has no escapes, else decoded into `scratch`.
+    fn string<'s>(&mut self, scratch: &'s mut String) -> Read<&'s str>
+    where
+        'a: 's,
+    {
+        let bytes = self.text.as_bytes();
+        let start = self.at;
+        let end = start + memchr2(b'"', b'\\', self.rest()).ok_or(Declined)?;
+        if bytes[end] == b'"' {
+            self.at = end + 1;
+            // Quotes are ASCII: the string's ends are character boundaries.
+            return self.text.get(start..end).ok_or(Declined);
+        }
+        scratch.clear();
+        let mut at = start;
+        loop {
+            let rest = bytes.get(at..).unwrap_or_default();
+            let end = at + memchr2(b'"', b'\\', rest).ok_or(Declined)?;
+            scratch.push_str(self.text.get(at..end).ok_or(Declined)?);
+            if bytes[end] == b'"' {
+                self.at = end + 1;
+                return Ok(scratch.as_str());
+            }
+            let (c, len) = escape(bytes.get(end + 1..).unwrap_or_default())?;
+            scratch.push(c);
+            at = end + 1 + len;
+        }
+    }
+}
+
+/// The character of the escape `escaped` starts with (after its backslash), and the
+/// escape's length, as arrow-json's tape decodes it.
+fn escape(escaped: &[u8]) -> Read<(char, usize)> {
+    let c = match escaped.first().ok_or(Declined)? {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        b'u' => return unicode_escape(escaped),
+        _ => return Err(Declined),
+    };
+    Ok((c, 1))
+}
+
+/// `u` and four hex digits, or a surrogate pair of two such escapes.
+fn unicode_escape(escaped: &[u8]) -> Read<(char, usize)> {
+    let high = hex4(escaped.get(1..5))?;
+    if let Some(c) = char::from_u32(high) {
+        return Ok((c, 5));
+    }
+    if escaped.get(5..7) != Some(b"\\u") {
+        return Err(Declined);
+    }
+    let low = hex4(escaped.get(7..11))?;
+    if !(0xD800..=0xDBFF).contains(&high) || !(0xDC00..=0xDFFF).contains(&low) {
+        return Err(Declined);
+    }
+    // arrow-json joins the halves with `|` where UTF-16 adds: the same character only when
+    // the bits do not overlap. Where they do, decline, and arrow-json decides.
+    let added = 0x1_0000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+    let joined = ((high - 0xD800) << 10) | (low - 0xDC00 + 0x1_0000);
+    if added != joined {
+        return Err(Declined);
+    }
+    Ok((char::from_u32(added).ok_or(Declined)?, 11))
+}
+
+fn hex4(digits: Option<&[u8]>) -> Read<u32> {
+    digits
+        .ok_or(Declined)?
+        .iter()
+        .try_fold(0, |v, &d| Some(v << 4 | char::from(d).to_digit(16)?))
+        .ok_or(Declined)
+}
+
+/// Whether `literal` is a JSON number (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`):
+/// on these, `str::parse` and arrow-json's float parser agree, both rounding correctly.
+fn is_json_number(literal: &str) -> bool {
+    let s = literal.as_bytes();
+    let digits = |s: &[u8], at: usize| s[at..].iter().take_while(|b| b.is_ascii_digit()).count();
+    let mut at = usize::from(s.first() == Some(&b'-'));
+    match digits(s, at) {
+        0 => return false,
+        n if n > 1 && s[at] == b'0' => return false,
+        n => at += n,
+    }
+    if s.get(at) == Some(&b'.') {
+        match digits(s, at + 1) {
+            0 => return false,
+            n => at += 1 + n,
+        }
+    }
+    if matches!(s.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        at += usize::from(matches!(s.get(at), Some(b'+' | b'-')));
+        match digits(s, at) {
+            0 => return false,
+            n => at += n,
+        }
+    }
+    at == s.len()
+}
+
+/// The builder of one column, and how it reads each kind of JSON value: as the strict
+/// decoder of `super` for its type reads it, declining wherever that decoder fails.
+enum Column {
+    Int32(PrimitiveBuilder<Int32Type>),
+    Int64(PrimitiveBuilder<Int64Type>),
+    Float32(PrimitiveBuilder<Float32Type>),
+    Float64(PrimitiveBuilder<Float64Type>),
+    Decimal(PrimitiveBuilder<Decimal128Type>, ColumnType),
+    String(StringBuilder),
+    Bool(BooleanBuilder),
+    Date(PrimitiveBuilder<Date32Type>),
+    Timestamp(PrimitiveBuilder<TimestampMicrosecondType>),
+}
+
+impl Column {
+    /// The column of `ty`, whose Arrow type is `data_type`.
+    fn new(ty: ColumnType, data_type: &DataType) -> Option<Self> {
+        let dt = data_type.clone();
+        Some(match ty {
+            ColumnType::Int32 => Self::Int32(PrimitiveBuilder::new()),
+            ColumnType::Int64 => Self::Int64(PrimitiveBuilder::new()),
+            ColumnType::Float32 => Self::Float32(PrimitiveBuilder::new()),
+            ColumnType::Float64 => Self::Float64(PrimitiveBuilder::new()),
+            ColumnType::Decimal { .. } => {
+                Self::Decimal(PrimitiveBuilder::new().with_data_type(dt), ty)
+            }
+            ColumnType::String => Self::String(StringBuilder::new()),
+            ColumnType::Bool => Self::Bool(BooleanBuilder::new()),
+            ColumnType::Date => Self::Date(PrimitiveBuilder::new()),
+            ColumnType::Timestamp => Self::Timestamp(PrimitiveBuilder::new().with_data_type(dt)),
+        })
+    }
+
+    fn null(&mut self) {
+        match self {
+            Self::Int32(b) => b.append_null(),
+            Self::Int64(b) => b.append_null(),
+            Self::Float32(b) => b.append_null(),
+            Self::Float64(b) => b.append_null(),
+            Self::Decimal(b, _) => b.append_null(),
+            Self::String(b) => b.append_null(),
+            Self::Bool(b) => b.append_null(),
+            Self::Date(b) => b.append_null(),
+            Self::Timestamp(b) => b.append_null(),
+        }
+    }
+
+    /// A JSON string (decoded).
+    fn string(&mut self, s: &str) -> Read {
+        match self {
+            Self::String(b) => b.append_value(s),
+            Self::Int32(b) => b.append_value(Int32Type::parse(s).ok_or(Declined)?),
+            Self::Int64(b) => b.append_value(Int64Type::parse(s).ok_or(Declined)?),
+            Self::Float32(b) => {
+                let v = Float32Type::parse(s).ok_or(Declined)?;
+                b.append_value(finite_or_spelled(v, v.is_infinite(), s)?);
+            }
+            Self::Float64(b) => {
+                let v = Float64Type::parse(s).ok_or(Declined)?;
+                b.append_value(finite_or_spelled(v, v.is_infinite(), s)?);
+            }
+            Self::Decimal(b, ty) => b.append_value(decimal(s, *ty)?),
+            Self::Date(b) => b.append_value(value::date(s).map_err(|_| Declined)?),
+            Self::Timestamp(b) => b.append_value(value::timestamp(s).map_err(|_| Declined)?),
+            Self::Bool(_) => return Err(Declined),
+        }
+        Ok(())
+    }
+
+    /// A JSON number token, as arrow-json's tape cuts it.
+    fn number(&mut self, literal: &str) -> Read {
+        match self {
+            Self::Int32(b) => {
+                let v = value::whole_number(
+                    literal,
+                    ColumnType::Int32,
+                    i32::MIN.into(),
+                    i32::MAX.into(),
+                );
+                b.append_value(v.ok().and_then(|v| i32::try_from(v).ok()).ok_or(Declined)?);
+            }
+            Self::Int64(b) => {
+                let v = value::whole_number(
+                    literal,
+                    ColumnType::Int64,
+                    i64::MIN.into(),
+                    i64::MAX.into(),
+                );
+                b.append_value(v.ok().and_then(|v| i64::try_from(v).ok()).ok_or(Declined)?);
+            }
+            Self::Float32(b) => b.append_value(float::<f32>(literal, f32::is_finite)?),
+            Self::Float64(b) => b.append_value(float::<f64>(literal, f64::is_finite)?),
+            Self::Decimal(b, ty) => b.append_value(decimal(literal, *ty)?),
+            Self::String(_) | Self::Bool(_) | Self::Date(_) | Self::Timestamp(_) => {
+                return Err(Declined);
+            }
+        }
+        Ok(())
+    }
+
+    fn boolean(&mut self, v: bool) -> Read {
+        match self {
+            Self::Bool(b) => b.append_value(v),
+            _ => return Err(Declined),
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Self::Int32(b) => Arc::new(b.finish()),
+            Self::Int64(b) => Arc::new(b.finish()),
+            Self::Float32(b) => Arc::new(b.finish()),
+            Self::Float64(b) => Arc::new(b.finish()),
+            Self::Decimal(b, _) => Arc::new(b.finish()),
+            Self::String(b) => Arc::new(b.finish()),
+            Self::Bool(b) => Arc::new(b.finish()),
+            Self::Date(b) => Arc::new(b.finish()),
+            Self::Timestamp(b) => Arc::new(b.finish()),
+        }
+    }
+}
+
+/// A float read from a string: an infinity only when the string spells it (a finite
+/// number too large for the type is an error of `super::Finite`).
+fn finite_or_spelled<T>(v: T, infinite: bool, s: &str) -> Read<T> {
+    if infinite && !value::spells_infinity(s) {
+        return Err(Declined);
+    }
+    Ok(v)
+}
+
+/// A float read from a number token: finite, and only from a strict JSON number.
+fn float<T: std::str::FromStr + Copy>(literal: &str, is_finite: fn(T) -> bool) -> Read<T> {
+    if !is_json_number(literal) {
+        return Err(Declined);
+    }
+    let v = literal.parse::<T>().map_err(|_| Declined)?;
+    if is_finite(v) { Ok(v) } else { Err(Declined) }
+}
+
+/// A decimal of `ty` read from a string or a number token, as `super::Exact` reads it.
+fn decimal(text: &str, ty: ColumnType) -> Read<i128> {
+    let ColumnType::Decimal { precision, scale } = ty else {
+        return Err(Declined);
+    };
+    value::decimal(text, precision, scale.unsigned_abs()).map_err(|_| Declined)
+}

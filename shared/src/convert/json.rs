@@ -17,6 +17,8 @@
 //! would. The batch of a declined line is then fed to arrow-json from its first line, so
 //! that its rows, errors and rejected rows are exactly those of arrow-json's path.
 
+#[cfg(test)]
+mod differential;
 mod flat;
 
 use std::collections::HashMap;

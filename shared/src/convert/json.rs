@@ -154,6 +154,18 @@ impl<R: BufRead> JsonBatches<R> {
                     self.rows.push((self.line, start..self.buf.len()));
                     continue;
                 }
+                // A line that fails on its own closes the batch before it, as below,
+                // whose other lines the fast path has all read: the batch stays on it.
+                if let Some(error) = line_error(&self.decode_schema, self.line, text.as_bytes()) {
+                    if let Some(flat) = &mut self.flat {
+                        flat.rollback();
+                    }
+                    self.set_aside(start, error)?;
+                    if self.rows.is_empty() {
+                        continue;
+                    }
+                    break;
+                }
                 self.decline()?;
             }
             let text = &self.buf[start..];

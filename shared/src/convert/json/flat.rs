@@ -26,7 +26,7 @@ use arrow_array::types::{
     Date32Type, Decimal128Type, Float32Type, Float64Type, Int32Type, Int64Type,
     TimestampMicrosecondType,
 };
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_cast::parse::Parser;
 use arrow_schema::{DataType, SchemaRef};
 use memchr::memchr2;
@@ -62,7 +62,12 @@ pub(super) struct FlatDecoder {
     generation: u64,
     /// Rows read since the last [`Self::finish`].
     rows: usize,
-    /// Part of a row may have been appended (after [`Declined`]): clear before reuse.
+    /// Of `rows`, those already moved out of the builders into `chunks`.
+    chunked: usize,
+    /// Per column, the arrays of rows read before a line was rolled back.
+    chunks: Vec<Vec<ArrayRef>>,
+    /// Part of a row may have been appended (after [`Declined`]): roll it back or clear
+    /// before reuse.
     dirty: bool,
     /// Strings with escapes, decoded.
     scratch: String,
@@ -95,13 +100,16 @@ impl FlatDecoder {
             index,
             generation: 0,
             rows: 0,
+            chunked: 0,
+            chunks: vec![Vec::new(); fields.len()],
             dirty: false,
             scratch: String::new(),
         })
     }
 
     /// Reads `line` (one line of text, its newline included or not) as one more row, or
-    /// declines it; after declining, the decoder holds part of a row until [`Self::clear`].
+    /// declines it; after declining, the decoder holds part of a row until
+    /// [`Self::rollback`] or [`Self::clear`].
     pub(super) fn push(&mut self, line: &str) -> Read {
         self.dirty = true;
         self.generation += 1;
@@ -158,14 +166,41 @@ impl FlatDecoder {
     /// `None` when there are none (or, which cannot happen, the columns do not make one).
     pub(super) fn finish(&mut self) -> Option<RecordBatch> {
         let rows = std::mem::take(&mut self.rows);
-        let columns: Vec<ArrayRef> = self.columns.iter_mut().map(Column::finish).collect();
+        self.chunked = 0;
         self.dirty = false;
+        let mut columns = Vec::with_capacity(self.columns.len());
+        for (column, chunks) in self.columns.iter_mut().zip(&mut self.chunks) {
+            let last = column.finish();
+            if chunks.is_empty() {
+                columns.push(last);
+                continue;
+            }
+            chunks.push(last);
+            let parts: Vec<&dyn Array> = chunks.iter().map(AsRef::as_ref).collect();
+            let joined = arrow_select::concat::concat(&parts);
+            chunks.clear();
+            columns.push(joined.ok()?);
+        }
         if rows == 0 {
             return None;
         }
         RecordBatch::try_new(self.schema.clone(), columns)
             .ok()
             .filter(|b| b.num_rows() == rows)
+    }
+
+    /// Drops the part of a row that a declined line left, keeping the rows read before
+    /// it: the builders' arrays are cut to those rows and set aside until [`Self::finish`].
+    pub(super) fn rollback(&mut self) {
+        if !std::mem::take(&mut self.dirty) {
+            return;
+        }
+        // Each column holds one value per complete row, and at most one more.
+        let complete = self.rows - self.chunked;
+        for (column, chunks) in self.columns.iter_mut().zip(&mut self.chunks) {
+            chunks.push(column.finish().slice(0, complete));
+        }
+        self.chunked = self.rows;
     }
 
     /// Forgets the rows read and any part of a row.

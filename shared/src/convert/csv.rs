@@ -750,10 +750,13 @@ impl<R: BufRead> CsvBatches<R> {
         if !self.plain_dialect || self.spans.irregular || self.spans.fields.len() != rows * width {
             return None;
         }
+        // Once for the whole batch: delimiters, quotes and terminators are ASCII, so every
+        // field of valid UTF-8 records is valid UTF-8 (and `str::get` below checks it).
+        let text = std::str::from_utf8(&self.raw).ok()?;
         let columns = (0..width)
             .map(|c| {
                 let fields = self.spans.fields[c..].iter().step_by(width);
-                self.fast_column(c, fields, rows)
+                self.fast_column(c, fields, rows, text)
             })
             .collect::<Option<Vec<_>>>()?;
         let batch = RecordBatch::try_new(self.decode_schema.clone(), columns).ok();
@@ -769,24 +772,23 @@ impl<R: BufRead> CsvBatches<R> {
         c: usize,
         fields: impl Iterator<Item = &'a (u32, u32)>,
         rows: usize,
+        raw: &'a str,
     ) -> Option<ArrayRef> {
         let ty = self.types[c];
         let nullable = self.schema.field(c).is_nullable();
-        let raw = &self.raw;
         let options = &self.options;
         // The text of each field (`None`: empty, a NULL), unescaped only where needed.
         let texts = fields.map(move |&(start, end)| {
             let (start, end, unescape) = Spans::unpack(start, end);
-            let bytes = raw.get(start..end)?;
-            if bytes.is_empty() {
+            let text = raw.get(start..end)?;
+            if text.is_empty() {
                 return Some(None);
             }
-            let text = if unescape {
-                Cow::Owned(String::from_utf8(unquote(bytes, options)).ok()?)
-            } else {
-                Cow::Borrowed(std::str::from_utf8(bytes).ok()?)
-            };
-            Some(Some(text))
+            if unescape {
+                let text = String::from_utf8(unquote(text.as_bytes(), options)).ok()?;
+                return Some(Some(Cow::Owned(text)));
+            }
+            Some(Some(Cow::Borrowed(text)))
         });
         Some(match ty {
             ColumnType::String => {

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::ZstdLevel;
+use parquet::basic::{Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
 use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
@@ -479,68 +479,102 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
 const CHOICE_MIN_ROWS: usize = 1_000;
 
 /// Share of distinct values in the first batch above which a column is written without a
-/// dictionary: a dictionary of mostly distinct values costs the time to build it and then
-/// falls back to plain encoding anyway when it reaches its page limit.
-const CHOICE_DISTINCT: f64 = 0.5;
+/// dictionary: a dictionary of (nearly) all distinct values costs the time to build it and
+/// then falls back to plain encoding anyway when it reaches its page limit. Below it the
+/// dictionary stays on, since values repeating later in the file may still fit it.
+const CHOICE_DISTINCT: f64 = 0.95;
 
 /// `properties` with each column's encoding chosen from `batch`, the first rows of the
-/// file: no dictionary for a column whose values are mostly distinct.
+/// file: no dictionary for a column of (nearly) all distinct values, and for such an
+/// integer, date or timestamp column `DELTA_BINARY_PACKED` when the differences between
+/// neighbours take at most half the bits of the values (ids counting up, times in order,
+/// small numbers), which gives zstd far fewer bytes to compress.
 fn column_choices(
     mut properties: WriterPropertiesBuilder,
     batch: &RecordBatch,
 ) -> WriterPropertiesBuilder {
-    let rows = batch.num_rows();
-    if rows < CHOICE_MIN_ROWS {
+    if batch.num_rows() < CHOICE_MIN_ROWS {
         return properties;
     }
     for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
-        let distinct = distinct_share(column.as_ref());
-        if distinct.is_some_and(|share| share > CHOICE_DISTINCT) {
-            let path = ColumnPath::from(field.name().as_str());
-            properties = properties.set_column_dictionary_enabled(path, false);
+        let Some(profile) = profile(column.as_ref()) else {
+            continue;
+        };
+        if profile.distinct <= CHOICE_DISTINCT {
+            continue;
+        }
+        let path = ColumnPath::from(field.name().as_str());
+        properties = properties.set_column_dictionary_enabled(path.clone(), false);
+        if let Some((delta_bits, bits)) = profile.delta_bits
+            && delta_bits * 2 <= bits
+        {
+            properties = properties.set_column_encoding(path, Encoding::DELTA_BINARY_PACKED);
         }
     }
     properties
 }
 
-/// The share of distinct values among the non-NULL values of `column` (`None`: a type
-/// whose dictionary is left on, or no values).
-fn distinct_share(column: &dyn arrow_array::Array) -> Option<f64> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::{Date32Type, Int32Type, Int64Type, TimestampMicrosecondType};
-    use std::hash::{BuildHasher, Hash};
+/// What [`column_choices`] reads from a column's first values.
+struct Profile {
+    /// Share of distinct values among the non-NULL values.
+    distinct: f64,
+    /// For integer-like columns: bits of the spread of neighbours' differences, and bits
+    /// of the type.
+    delta_bits: Option<(u32, u32)>,
+}
 
-    let hasher = std::hash::RandomState::new();
-    let mut seen = HashSet::new();
-    let mut add = |value: &dyn Fn(&mut std::hash::DefaultHasher)| {
-        let mut h = hasher.build_hasher();
-        value(&mut h);
-        seen.insert(std::hash::Hasher::finish(&h));
+/// The [`Profile`] of `column` (`None`: a type whose dictionary is left on, or no values).
+fn profile(column: &dyn arrow_array::Array) -> Option<Profile> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{
+        Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type, TimestampMicrosecondType,
     };
-    let values = column.len() - column.null_count();
-    if values == 0 {
-        return None;
+
+    /// Share of distinct values and, for integers, the bits of their differences' spread.
+    fn of<T: std::hash::Hash + Eq + Copy>(
+        values: impl Iterator<Item = T>,
+        delta: Option<(&dyn Fn(T, T) -> i128, u32)>,
+    ) -> Option<Profile> {
+        let mut seen = HashSet::new();
+        let (mut count, mut previous) = (0usize, None);
+        let (mut low, mut high) = (i128::MAX, i128::MIN);
+        for value in values {
+            count += 1;
+            seen.insert(value);
+            if let (Some((difference, _)), Some(p)) = (delta, previous) {
+                let d = difference(value, p);
+                (low, high) = (low.min(d), high.max(d));
+            }
+            previous = Some(value);
+        }
+        if count == 0 {
+            return None;
+        }
+        let spread = high.saturating_sub(low).max(0) as u128;
+        Some(Profile {
+            distinct: seen.len() as f64 / count as f64,
+            delta_bits: delta.map(|(_, bits)| (u128::BITS - spread.leading_zeros(), bits)),
+        })
     }
+    let wide = |a: i64, b: i64| i128::from(a) - i128::from(b);
+    let narrow = |a: i32, b: i32| i128::from(a) - i128::from(b);
     if let Some(a) = column.as_string_opt::<i32>() {
-        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
+        of(a.iter().flatten(), None)
     } else if let Some(a) = column.as_primitive_opt::<Int64Type>() {
-        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
+        of(a.iter().flatten(), Some((&wide, 64)))
     } else if let Some(a) = column.as_primitive_opt::<TimestampMicrosecondType>() {
-        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
+        of(a.iter().flatten(), Some((&wide, 64)))
     } else if let Some(a) = column.as_primitive_opt::<Int32Type>() {
-        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
+        of(a.iter().flatten(), Some((&narrow, 32)))
     } else if let Some(a) = column.as_primitive_opt::<Date32Type>() {
-        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
-    } else if let Some(a) = column.as_primitive_opt::<arrow_array::types::Float64Type>() {
-        a.iter()
-            .flatten()
-            .for_each(|v| add(&|h| v.to_bits().hash(h)));
-    } else if let Some(a) = column.as_primitive_opt::<arrow_array::types::Decimal128Type>() {
-        a.iter().flatten().for_each(|v| add(&|h| v.hash(h)));
+        of(a.iter().flatten(), Some((&narrow, 32)))
+    } else if let Some(a) = column.as_primitive_opt::<Float64Type>() {
+        of(a.iter().flatten().map(f64::to_bits), None)
+    } else if let Some(a) = column.as_primitive_opt::<Decimal128Type>() {
+        of(a.iter().flatten(), None)
     } else {
-        return None;
+        None
     }
-    Some(seen.len() as f64 / values as f64)
 }
 
 /// The writer settings every output shares (`max_bytes`: row group size in bytes at most).
@@ -1235,6 +1269,13 @@ mod tests {
                 .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY))
         };
         assert!(!dictionary(0), "id: every value distinct");
+        assert!(
+            group
+                .column(0)
+                .encodings()
+                .any(|e| e == Encoding::DELTA_BINARY_PACKED),
+            "id: counting up, stored as differences"
+        );
         assert!(dictionary(1), "status: four values");
         assert!(!dictionary(2), "note: every value distinct");
         // Too few rows to tell: the dictionary stays on.

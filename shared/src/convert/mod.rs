@@ -530,10 +530,13 @@ fn profile(column: &dyn arrow_array::Array) -> Option<Profile> {
         Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type, TimestampMicrosecondType,
     };
 
+    /// The difference of two integers, and the bits of their type.
+    type Delta<'a, T> = (&'a dyn Fn(T, T) -> i128, u32);
+
     /// Share of distinct values and, for integers, the bits of their differences' spread.
     fn of<T: std::hash::Hash + Eq + Copy>(
         values: impl Iterator<Item = T>,
-        delta: Option<(&dyn Fn(T, T) -> i128, u32)>,
+        delta: Option<Delta<'_, T>>,
     ) -> Option<Profile> {
         let mut seen = HashSet::new();
         let (mut count, mut previous) = (0usize, None);

@@ -25,9 +25,12 @@ import json
 import os
 import sys
 
-# Single thread everywhere; must be set before the engines are imported.
-os.environ.setdefault("POLARS_MAX_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+# BENCH_THREADS=1 (the default): one thread everywhere; any other value: every engine at
+# its own default thread count. Must be set before the engines are imported.
+ONE_THREAD = os.environ.get("BENCH_THREADS", "1") == "1"
+if ONE_THREAD:
+    os.environ.setdefault("POLARS_MAX_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ZSTD_LEVEL = 3
 
@@ -67,8 +70,9 @@ def run_pyarrow(fmt, compression, src, out, columns, stream=False):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pa.set_cpu_count(1)
-    pa.set_io_thread_count(1)
+    if ONE_THREAD:
+        pa.set_cpu_count(1)
+        pa.set_io_thread_count(1)
     schema = pyarrow_types(columns)
     source = pa.input_stream(src, compression="gzip" if compression == "gzip" else None)
     if fmt == "csv":
@@ -82,13 +86,13 @@ def run_pyarrow(fmt, compression, src, out, columns, stream=False):
         if stream:
             # Streaming: bounded memory. 16 MiB blocks give row groups of ~150k rows
             # (pyarrow writes one or more row groups per batch, never merges batches).
-            read = pcsv.ReadOptions(use_threads=False, block_size=16 << 20)
+            read = pcsv.ReadOptions(use_threads=not ONE_THREAD, block_size=16 << 20)
             reader = pcsv.open_csv(source, read_options=read, convert_options=convert)
             with pq.ParquetWriter(out, reader.schema, compression="zstd", compression_level=ZSTD_LEVEL) as w:
                 for batch in reader:
                     w.write_batch(batch)
             return
-        table = pcsv.read_csv(source, read_options=pcsv.ReadOptions(use_threads=False), convert_options=convert)
+        table = pcsv.read_csv(source, read_options=pcsv.ReadOptions(use_threads=not ONE_THREAD), convert_options=convert)
     else:
         import pyarrow.json as pjson
 
@@ -97,7 +101,7 @@ def run_pyarrow(fmt, compression, src, out, columns, stream=False):
         read_schema = pa.schema([f.with_type(pa.string()) if f.name in dates else f for f in schema])
         table = pjson.read_json(
             source,
-            read_options=pjson.ReadOptions(use_threads=False),
+            read_options=pjson.ReadOptions(use_threads=not ONE_THREAD),
             parse_options=pjson.ParseOptions(explicit_schema=read_schema, unexpected_field_behavior="ignore"),
         )
         if dates:
@@ -114,7 +118,8 @@ def run_duckdb(fmt, compression, src, out, columns):
     cols = "{" + ", ".join(f"'{c['name']}': '{sql_type(c['type'])}'" for c in columns) + "}"
     comp = "gzip" if compression == "gzip" else "none"
     con = duckdb.connect()
-    con.execute("SET threads=1")
+    if ONE_THREAD:
+        con.execute("SET threads=1")
     if fmt == "csv":
         scan = f"read_csv('{src}', header=true, delim=',', quote='\"', escape='\"', columns={cols}, compression='{comp}', auto_detect=false)"
     else:

@@ -452,7 +452,7 @@ def main():
         out = os.path.join(args.work, f"{engine}-{case}.parquet")
         if engine == "tidemark":
             return [args.bin, "convert", "--format", fmt, "--compression", comp, "--schema", schema_path,
-                    src, out], out
+                    "--threads", os.environ.get("BENCH_THREADS", "1"), src, out], out
         if engine == "floor: bench read":
             return [args.bin, "read", "--compression", comp, src], None
         if engine == "floor: cat/zcat":
@@ -593,10 +593,16 @@ def main():
                  "median user + sys of the process, CPU × tidemark the same ratio on it (less sensitive to other "
                  "load on the machine than wall time). MB = 10^6 bytes; MB/s = input file bytes (compressed, "
                  "for .gz) / median wall; peak RSS = the highest of the runs.")
+    threads = os.environ.get("BENCH_THREADS", "1")
+    lines.append(
+        "Threads: one per engine (tidemark `--threads 1`; pyarrow set_cpu_count(1) and use_threads=False; DuckDB "
+        "threads=1; POLARS_MAX_THREADS=1)." if threads == "1" else
+        f"Threads: tidemark `--threads {threads}` (decoding beside encoding); every peer at its own default "
+        f"thread count, on this machine's {os.cpu_count()} CPUs.")
     lines.append("tidemark = `tidemark-bench convert` (tidemark::convert::convert); pyarrow = read_csv / read_json "
                  "+ write_table; pyarrow-stream = open_csv in 16 MiB blocks + ParquetWriter.write_batch; duckdb = "
-                 "COPY (SELECT * FROM read_csv/read_json) TO parquet, threads=1; polars = read_csv / read_ndjson + "
-                 "write_parquet, POLARS_MAX_THREADS=1; floor: bench read = `tidemark-bench read` (the converter's "
+                 "COPY (SELECT * FROM read_csv/read_json) TO parquet; polars = read_csv / read_ndjson + "
+                 "write_parquet; floor: bench read = `tidemark-bench read` (the converter's "
                  "read path and gzip decoder, no parsing); floor: cat/zcat = `cat` / `gzip -dc` to /dev/null.")
     lines.append("output = every column of the engine's Parquet equal to tidemark's, value by value and row by row "
                  "(after bringing types written differently to one form; a note in parentheses names a type that "

@@ -6,7 +6,7 @@
 //!     or wide (wide.csv, wide.jsonl; see wide.rs), their .gz versions, schema.json and
 //!     expected.json (row count and exact sums, for checking every engine's Parquet
 //!     output).
-//! tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] IN OUT
+//! tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] [--threads N] IN OUT
 //!     tidemark's converter (`tidemark::convert::convert`) on IN with the schema of FILE
 //!     (a JSON list of columns as in bench/schema.json; default: the orders schema),
 //!     zstd level 3, Parquet to OUT; prints the stats (rows, exact sums of every
@@ -53,7 +53,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: tidemark-bench gen [--dataset orders|wide] --rows N --out DIR
-       tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] IN OUT
+       tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] [--threads N] IN OUT
        tidemark-bench spoil --every N IN OUT
        tidemark-bench read --compression none|gzip FILE
        tidemark-bench --version";
@@ -83,7 +83,7 @@ fn run(args: &[String]) -> Result<()> {
         "convert" => {
             let (opts, positional) = parse(
                 rest,
-                &["--format", "--compression", "--schema", "--bad-rows"],
+                &["--format", "--compression", "--schema", "--bad-rows", "--threads"],
             )?;
             let [input, output] = positional.as_slice() else {
                 return Err(USAGE.into());
@@ -106,10 +106,13 @@ fn run(args: &[String]) -> Result<()> {
                 other => return Err(format!("unknown format {other:?}").into()),
             };
             let compression = compression(required(&opts, "--compression")?)?;
+            // One thread unless asked: the one-core comparison is the default.
+            let threads = option(&opts, "--threads").map_or(Ok(1), str::parse::<usize>)?;
             convert_file(
                 format,
                 compression,
                 bad_rows,
+                threads,
                 &columns,
                 Path::new(input),
                 Path::new(output),
@@ -189,6 +192,7 @@ fn convert_file(
     format: InputFormat,
     compression: Compression,
     bad_rows: BadRows,
+    threads: usize,
     columns: &[ColumnSpec],
     input: &Path,
     output: &Path,
@@ -196,6 +200,7 @@ fn convert_file(
     let mut spec = ConvertSpec::new(format, arrow_schema(columns));
     spec.compression = compression;
     spec.bad_rows = bad_rows;
+    spec.threads = threads;
     spec.sum_columns = columns
         .iter()
         .filter(|c| c.ty.is_summable())

@@ -142,6 +142,10 @@ impl<R: BufRead> JsonBatches<R> {
             if self.buf.last() != Some(&b'\n') {
                 self.buf.push(b'\n');
             }
+            if let Some(spelled) = spell_out_surrogate_pairs(&self.buf[start..]) {
+                self.buf.truncate(start);
+                self.buf.extend_from_slice(&spelled);
+            }
             let Ok(text) = std::str::from_utf8(&self.buf[start..]) else {
                 let error = ConvertError::parse(Some(self.line), None, "invalid UTF-8");
                 self.set_aside(start, error)?;
@@ -445,6 +449,56 @@ fn one_value(line: u64) -> ConvertError {
         None,
         "expected exactly one JSON value on the line",
     )
+}
+
+/// `line` with every escaped UTF-16 surrogate pair in its strings (`\uD840\uDC00`) spelled
+/// out as the character's UTF-8 bytes, or `None` if it has none. The same JSON either way,
+/// but arrow-json's tape joins the two halves with `|` where UTF-16 adds them, which gives
+/// another character whenever their bits overlap (U+20000, written `\uD840\uDC00`, reads
+/// as U+10000); spelled out, every reader reads the character written.
+fn spell_out_surrogate_pairs(line: &[u8]) -> Option<Vec<u8>> {
+    let has_pair = |prefix: &[u8]| memchr::memmem::find(line, prefix).is_some();
+    if !has_pair(b"\\uD") && !has_pair(b"\\ud") {
+        return None;
+    }
+    let hex4 = |at: usize| {
+        let digits = std::str::from_utf8(line.get(at..at + 4)?).ok()?;
+        u32::from_str_radix(digits, 16)
+            .ok()
+            .filter(|_| digits.bytes().all(|b| b.is_ascii_hexdigit()))
+    };
+    let mut spelled = Vec::with_capacity(line.len());
+    let (mut in_string, mut changed, mut i) = (false, false, 0);
+    while let Some(&b) = line.get(i) {
+        if !in_string || b != b'\\' {
+            in_string ^= b == b'"';
+            spelled.push(b);
+            i += 1;
+            continue;
+        }
+        // An escape in a string: a surrogate pair is spelled out, anything else copied.
+        let pair = (line.get(i + 1) == Some(&b'u') && line.get(i + 6..i + 8) == Some(b"\\u"))
+            .then(|| Some((hex4(i + 2)?, hex4(i + 8)?)))
+            .flatten()
+            .filter(|(high, low)| {
+                (0xD800..=0xDBFF).contains(high) && (0xDC00..=0xDFFF).contains(low)
+            })
+            .and_then(|(high, low)| {
+                char::from_u32(0x1_0000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+            });
+        match pair {
+            Some(c) => {
+                spelled.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+                changed = true;
+                i += 12;
+            }
+            None => {
+                spelled.extend_from_slice(&line[i..(i + 2).min(line.len())]);
+                i += 2;
+            }
+        }
+    }
+    changed.then_some(spelled)
 }
 
 /// Appends the next line of `reader` to `buf`, newline included, reading at most `limit`
@@ -1025,17 +1079,28 @@ mod tests {
     }
 
     #[test]
-    fn surrogate_pairs_are_read_as_arrow_json_reads_them() {
+    fn surrogate_pairs_are_read_as_the_characters_they_stand_for() {
         let spec = json_spec(r#"[{"name":"s","type":"string"}]"#);
         let input = r#"{"s":"\uD83D\uDE00"}
-{"s":"\uD840\uDC00"}
+{"s":"\uD840\uDC00 \ud869\uded6"}
+{"s":"\\uD840\\uDC00", "\uD840\uDC00": 1}
+{"s":"\uD840"}
 "#;
-        let (_, parquet) = run(input, &spec);
-        // arrow-json joins the halves of U+20000 into U+10000 (it ORs 0x10000 in where
-        // UTF-16 adds it): the fast path leaves such pairs to arrow-json, so that the
-        // converter reads them as it always has.
-        assert_eq!(parquet.rows, text_rows(&["\u{1F600}", "\u{10000}"]));
-        assert_eq!(arrow_only(|| run(input, &spec)).1.rows, parquet.rows);
+        // arrow-json alone reads U+20000 as U+10000 (it ORs 0x10000 in where UTF-16 adds
+        // it): every line has its pairs spelled out before either decoder sees it.
+        let expected = text_rows(&["\u{1F600}", "\u{20000} \u{2A6D6}", "\\uD840\\uDC00"]);
+        let mut spec_all = spec.clone();
+        spec_all.bad_rows = super::super::BadRows::Reject { max: 10 };
+        let (stats, parquet) = run(input, &spec_all);
+        assert_eq!(
+            parquet.rows, expected,
+            "a lone high surrogate is not a character"
+        );
+        assert_eq!(stats.rejects.len(), 1);
+        assert_eq!(arrow_only(|| run(input, &spec_all)).1.rows, expected);
+        let clean: String = input.lines().take(3).map(|l| format!("{l}\n")).collect();
+        assert_eq!(run(&clean, &spec).1.rows, expected);
+        assert_eq!(super::spell_out_surrogate_pairs(br#"{"a":"\n\u0041"}"#), None);
     }
 
     #[test]

@@ -435,8 +435,9 @@ fn unicode_escape(escaped: &[u8]) -> Read<(char, usize)> {
     if !(0xD800..=0xDBFF).contains(&high) || !(0xDC00..=0xDFFF).contains(&low) {
         return Err(Declined);
     }
-    // arrow-json joins the halves with `|` where UTF-16 adds: the same character only when
-    // the bits do not overlap. Where they do, decline, and arrow-json decides.
+    // Lines arrive with their pairs spelled out (see `spell_out_surrogate_pairs` in
+    // json.rs), since arrow-json joins the halves with `|` where UTF-16 adds; this stays as
+    // a guard: where the two differ, decline.
     let added = 0x1_0000 + ((high - 0xD800) << 10) + (low - 0xDC00);
     let joined = ((high - 0xD800) << 10) | (low - 0xDC00 + 0x1_0000);
     if added != joined {

@@ -734,12 +734,13 @@ impl<R: BufRead> CsvBatches<R> {
     }
 
     /// The records in `raw` read straight from the fields the scan found, each value
-    /// parsed once into its column: the path of every clean batch. It reads only what it
-    /// is sure arrow-csv and [`value`] read to the same value (plain integers and floats,
-    /// `true` / `false`, text, and the exact readers' own values) and declines the batch
-    /// (`None`) at anything else — a wrong field count, a value that does not parse, a
-    /// NULL where none is allowed, invalid UTF-8 — leaving it to [`Self::decode_batch`],
-    /// which accepts or refuses it with the same messages as ever.
+    /// parsed once into its column: the path of every clean batch. Each value goes through
+    /// the parser arrow-csv itself uses for its type (arrow-cast's for numbers, its
+    /// `true` / `false`, [`value`] for the exact types), so it reads the same values by
+    /// construction; the batch is declined (`None`) at anything that would fail — a wrong
+    /// field count, a value that does not parse, a float that overflows, a NULL where none
+    /// is allowed, invalid UTF-8 — leaving it to [`Self::decode_batch`], which accepts or
+    /// refuses it with the same messages as ever.
     fn fast_batch(&self) -> Option<RecordBatch> {
         #[cfg(test)]
         if self.arrow_only {
@@ -804,27 +805,30 @@ impl<R: BufRead> CsvBatches<R> {
                 }
                 Arc::new(builder.finish()) as ArrayRef
             }
+            // arrow-csv's own parsers (arrow-cast's), so the values are the same by
+            // construction; a float that overflows to infinity is left to the checks.
             ColumnType::Int64 => Arc::new(primitive::<Int64Type>(
                 texts,
                 nullable,
                 rows,
-                plain_integer,
+                Int64Type::parse,
             )?),
-            ColumnType::Int32 => Arc::new(primitive::<Int32Type>(texts, nullable, rows, |t| {
-                i32::try_from(plain_integer(t)?).ok()
-            })?),
-            ColumnType::Float64 => Arc::new(primitive::<Float64Type>(
+            ColumnType::Int32 => Arc::new(primitive::<Int32Type>(
                 texts,
                 nullable,
                 rows,
-                plain_float,
+                Int32Type::parse,
             )?),
-            ColumnType::Float32 => Arc::new(primitive::<Float32Type>(
-                texts,
-                nullable,
-                rows,
-                plain_float,
-            )?),
+            ColumnType::Float64 => {
+                Arc::new(primitive::<Float64Type>(texts, nullable, rows, |t| {
+                    Float64Type::parse(t).filter(|v| !v.is_infinite() || value::spells_infinity(t))
+                })?)
+            }
+            ColumnType::Float32 => {
+                Arc::new(primitive::<Float32Type>(texts, nullable, rows, |t| {
+                    Float32Type::parse(t).filter(|v| !v.is_infinite() || value::spells_infinity(t))
+                })?)
+            }
             ColumnType::Bool => {
                 let mut builder = BooleanBuilder::with_capacity(rows);
                 for text in texts {
@@ -889,69 +893,6 @@ fn unquote(bytes: &[u8], options: &CsvOptions) -> Vec<u8> {
         }
     }
     text
-}
-
-/// `-?[0-9]{1,18}` as an integer: the spelling every reader reads alike (arrow-csv takes
-/// more, which [`CsvBatches::decode_batch`] then reads).
-fn plain_integer(text: &str) -> Option<i64> {
-    let (negative, digits) = match text.as_bytes() {
-        [b'-', digits @ ..] => (true, digits),
-        digits => (false, digits),
-    };
-    if digits.is_empty() || digits.len() > 18 {
-        return None;
-    }
-    let mut value = 0i64;
-    for &b in digits {
-        let digit = b.wrapping_sub(b'0');
-        if digit > 9 {
-            return None;
-        }
-        value = value * 10 + i64::from(digit);
-    }
-    Some(if negative { -value } else { value })
-}
-
-/// `-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?` as a finite float, correctly rounded, as
-/// arrow-cast's parser reads it (an overflow to infinity is left to the checks of
-/// [`CsvBatches::decode_batch`]).
-fn plain_float<T: std::str::FromStr + Into<f64> + Copy>(text: &str) -> Option<T> {
-    let bytes = text.as_bytes();
-    let digits = |from: usize| {
-        bytes[from.min(bytes.len())..]
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count()
-    };
-    let mut i = usize::from(bytes.first() == Some(&b'-'));
-    let whole = digits(i);
-    if whole == 0 {
-        return None;
-    }
-    i += whole;
-    if bytes.get(i) == Some(&b'.') {
-        let fraction = digits(i + 1);
-        if fraction == 0 {
-            return None;
-        }
-        i += 1 + fraction;
-    }
-    if matches!(bytes.get(i), Some(b'e' | b'E')) {
-        i += 1;
-        if matches!(bytes.get(i), Some(b'-' | b'+')) {
-            i += 1;
-        }
-        let exponent = digits(i);
-        if exponent == 0 {
-            return None;
-        }
-        i += exponent;
-    }
-    if i != bytes.len() {
-        return None;
-    }
-    let value: T = text.parse().ok()?;
-    value.into().is_finite().then_some(value)
 }
 
 /// Where the scan is in the CSV structure: csv-core's states, less the ones it passes
@@ -1244,6 +1185,26 @@ mod tests {
         pub(super) static ARROW_ONLY: Cell<bool> = const { Cell::new(false) };
         /// Batches this thread's decoders read from the scan's fields.
         pub(super) static FAST_BATCHES: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Clean files are read from the scan's fields, whatever the spelling of their values:
+    /// nineteen-digit integers, signs, exponents, offsets, quoted numbers, doubled quotes.
+    #[test]
+    fn clean_values_of_every_spelling_are_read_from_the_fields() {
+        let columns = r#"[
+            {"name": "i64", "type": "int64"}, {"name": "i32", "type": "int32"},
+            {"name": "f64", "type": "float64"}, {"name": "dec", "type": "decimal(18,4)"},
+            {"name": "s", "type": "string"}, {"name": "b", "type": "bool"},
+            {"name": "t", "type": "timestamp"}]"#;
+        let input = "i64,i32,f64,dec,s,b,t\n\
+            9223372036854775807,2147483647,1e300,-6757177772681.3941,\"say \"\"hi\"\"\",TRUE,2024-01-01T00:58:15+05:45\n\
+            -9223372036854775808,+7,\"-0.5\",12,,false,2024-01-01 00:00:01.264581\n\
+            2732332213037811979,,NaN,,x,,\n";
+        FAST_BATCHES.set(0);
+        let (stats, parquet) = run(input, &csv_spec(columns));
+        assert_eq!((stats.rows, FAST_BATCHES.get()), (3, 1));
+        assert_eq!(parquet.rows[2][0], "2732332213037811979");
+        assert_eq!(parquet.rows[1][1], "7");
     }
 
     /// Reads every batch from the scan's fields where it can and with arrow-csv where it

@@ -1100,7 +1100,10 @@ mod tests {
         assert_eq!(arrow_only(|| run(input, &spec_all)).1.rows, expected);
         let clean: String = input.lines().take(3).map(|l| format!("{l}\n")).collect();
         assert_eq!(run(&clean, &spec).1.rows, expected);
-        assert_eq!(super::spell_out_surrogate_pairs(br#"{"a":"\n\u0041"}"#), None);
+        assert_eq!(
+            super::spell_out_surrogate_pairs(br#"{"a":"\n\u0041"}"#),
+            None
+        );
     }
 
     #[test]

@@ -753,7 +753,7 @@ impl<R: BufRead> CsvBatches<R> {
         }
         // Once for the whole batch: delimiters, quotes and terminators are ASCII, so every
         // field of valid UTF-8 records is valid UTF-8 (and `str::get` below checks it).
-        let text = std::str::from_utf8(&self.raw).ok()?;
+        let text = simdutf8::basic::from_utf8(&self.raw).ok()?;
         let columns = (0..width)
             .map(|c| {
                 let fields = self.spans.fields[c..].iter().step_by(width);
@@ -786,8 +786,7 @@ impl<R: BufRead> CsvBatches<R> {
                 return Some(None);
             }
             if unescape {
-                let text = String::from_utf8(unquote(text.as_bytes(), options)).ok()?;
-                return Some(Some(Cow::Owned(text)));
+                return Some(Some(Cow::Owned(unquote(text, options)?)));
             }
             Some(Some(Cow::Borrowed(text)))
         });
@@ -881,18 +880,27 @@ fn primitive<'a, T: ArrowPrimitiveType>(
 }
 
 /// The text of a quoted field with a doubled quote or an escape in it, as csv-core reads
-/// it: the byte after an escape, or the second quote of a pair, kept literally.
-fn unquote(bytes: &[u8], options: &CsvOptions) -> Vec<u8> {
-    let mut text = Vec::with_capacity(bytes.len());
+/// it: the byte after an escape, or the second quote of a pair, kept literally (`None`:
+/// not valid UTF-8 once unescaped, which only an escape before a byte of a multi-byte
+/// character could cause).
+fn unquote(text: &str, options: &CsvOptions) -> Option<String> {
+    let quote = char::from(options.quote);
+    if options.escape.is_none() {
+        // Only doubled quotes: no byte-level work, no second UTF-8 check.
+        let doubled: String = [quote, quote].iter().collect();
+        return Some(text.replace(&doubled, quote.encode_utf8(&mut [0; 4])));
+    }
+    let bytes = text.as_bytes();
+    let mut unquoted = Vec::with_capacity(bytes.len());
     let mut rest = bytes.iter();
     while let Some(&b) = rest.next() {
         if b == options.quote || Some(b) == options.escape {
-            text.extend(rest.next());
+            unquoted.extend(rest.next());
         } else {
-            text.push(b);
+            unquoted.push(b);
         }
     }
-    text
+    String::from_utf8(unquoted).ok()
 }
 
 /// Where the scan is in the CSV structure: csv-core's states, less the ones it passes

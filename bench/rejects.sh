@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 ROWS=${BENCH_ROWS:-1000000}
 RUNS=${BENCH_RUNS:-5}
 cargo build --release --quiet --manifest-path bench/Cargo.toml
-BIN=bench/target/release/tidemark-bench
+BIN="${CARGO_TARGET_DIR:-bench/target}/release/tidemark-bench"
 DATA=.local/bench-data/rejects-$ROWS
 OUT=.local/bench-out
 mkdir -p "$DATA" "$OUT"

@@ -447,7 +447,7 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
         if let Some(output) = self.output.take() {
             let mut properties = writer_builder(self.spec, MAX_ROW_GROUP_BYTES)?;
             if let Some(batch) = first {
-                properties = column_choices(properties, batch);
+                properties = column_choices(properties, batch, self.spec.row_group_rows);
             }
             self.writer = Some(ArrowWriter::try_new(
                 output,
@@ -478,20 +478,22 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
 /// dictionary off.
 const CHOICE_MIN_ROWS: usize = 1_000;
 
-/// Share of distinct values in the first batch above which a column is written without a
-/// dictionary: a dictionary of (nearly) all distinct values costs the time to build it and
-/// then falls back to plain encoding anyway when it reaches its page limit. Below it the
-/// dictionary stays on, since values repeating later in the file may still fit it.
-const CHOICE_DISTINCT: f64 = 0.95;
+/// The dictionary page limit of the Parquet writer (its default, 1 MiB): a column whose
+/// dictionary grows past it falls back to plain encoding for the rest of the row group.
+const DICTIONARY_LIMIT: f64 = (1 << 20) as f64;
 
 /// `properties` with each column's encoding chosen from `batch`, the first rows of the
-/// file: no dictionary for a column of (nearly) all distinct values, and for such an
-/// integer, date or timestamp column `DELTA_BINARY_PACKED` when the differences between
-/// neighbours take at most half the bits of the values (ids counting up, times in order,
-/// small numbers), which gives zstd far fewer bytes to compress.
+/// file. A dictionary is turned off where the first values predict it would pass its page
+/// limit within the first half of a row group — a dictionary that fills up costs the time
+/// to build it and then falls back to plain encoding anyway (ids, times, free text) —
+/// and left on where values repeat enough (codes, categories, product ids). For an
+/// integer, date or timestamp column without a dictionary, `DELTA_BINARY_PACKED` is chosen
+/// when the differences between neighbours take at most half the bits of the values (ids
+/// counting up, times in order, small numbers), which gives zstd far fewer bytes.
 fn column_choices(
     mut properties: WriterPropertiesBuilder,
     batch: &RecordBatch,
+    row_group_rows: usize,
 ) -> WriterPropertiesBuilder {
     if batch.num_rows() < CHOICE_MIN_ROWS {
         return properties;
@@ -500,7 +502,8 @@ fn column_choices(
         let Some(profile) = profile(column.as_ref()) else {
             continue;
         };
-        if profile.distinct <= CHOICE_DISTINCT {
+        let expected = expected_distinct(profile.count, profile.distinct, row_group_rows / 2);
+        if expected * profile.value_bytes <= DICTIONARY_LIMIT {
             continue;
         }
         let path = ColumnPath::from(field.name().as_str());
@@ -514,10 +517,35 @@ fn column_choices(
     properties
 }
 
+/// Distinct values expected among `rows` values drawn like the `count` seen, of which
+/// `distinct` differed: the number of equally likely values `v` for which `count` draws give
+/// `distinct` different ones on average (`v (1 - e^(-count/v))`), then the same for `rows`.
+fn expected_distinct(count: usize, distinct: usize, rows: usize) -> f64 {
+    let (count, distinct, rows) = (count as f64, distinct as f64, rows as f64);
+    if distinct >= count {
+        return rows;
+    }
+    let drawn = |v: f64, n: f64| v * -(-n / v).exp_m1();
+    let (mut low, mut high) = (distinct, 1e15_f64);
+    for _ in 0..200 {
+        let middle = (low * high).sqrt();
+        if drawn(middle, count) < distinct {
+            low = middle;
+        } else {
+            high = middle;
+        }
+    }
+    drawn(high, rows)
+}
+
 /// What [`column_choices`] reads from a column's first values.
 struct Profile {
-    /// Share of distinct values among the non-NULL values.
-    distinct: f64,
+    /// Non-NULL values.
+    count: usize,
+    /// Distinct values among them.
+    distinct: usize,
+    /// Bytes a distinct value takes in a dictionary page, on average.
+    value_bytes: f64,
     /// For integer-like columns: bits of the spread of neighbours' differences, and bits
     /// of the type.
     delta_bits: Option<(u32, u32)>,
@@ -533,17 +561,20 @@ fn profile(column: &dyn arrow_array::Array) -> Option<Profile> {
     /// The difference of two integers, and the bits of their type.
     type Delta<'a, T> = (&'a dyn Fn(T, T) -> i128, u32);
 
-    /// Share of distinct values and, for integers, the bits of their differences' spread.
+    /// The profile of `values`, each taking `size(value)` bytes in a dictionary page.
     fn of<T: std::hash::Hash + Eq + Copy>(
         values: impl Iterator<Item = T>,
+        size: impl Fn(T) -> usize,
         delta: Option<Delta<'_, T>>,
     ) -> Option<Profile> {
         let mut seen = HashSet::new();
-        let (mut count, mut previous) = (0usize, None);
+        let (mut count, mut bytes, mut previous) = (0usize, 0usize, None);
         let (mut low, mut high) = (i128::MAX, i128::MIN);
         for value in values {
             count += 1;
-            seen.insert(value);
+            if seen.insert(value) {
+                bytes += size(value);
+            }
             if let (Some((difference, _)), Some(p)) = (delta, previous) {
                 let d = difference(value, p);
                 (low, high) = (low.min(d), high.max(d));
@@ -555,26 +586,29 @@ fn profile(column: &dyn arrow_array::Array) -> Option<Profile> {
         }
         let spread = high.saturating_sub(low).max(0) as u128;
         Some(Profile {
-            distinct: seen.len() as f64 / count as f64,
+            count,
+            distinct: seen.len(),
+            value_bytes: bytes as f64 / seen.len() as f64,
             delta_bits: delta.map(|(_, bits)| (u128::BITS - spread.leading_zeros(), bits)),
         })
     }
     let wide = |a: i64, b: i64| i128::from(a) - i128::from(b);
     let narrow = |a: i32, b: i32| i128::from(a) - i128::from(b);
     if let Some(a) = column.as_string_opt::<i32>() {
-        of(a.iter().flatten(), None)
+        // A string in a dictionary page: its bytes after a 4-byte length.
+        of(a.iter().flatten(), |s: &str| s.len() + 4, None)
     } else if let Some(a) = column.as_primitive_opt::<Int64Type>() {
-        of(a.iter().flatten(), Some((&wide, 64)))
+        of(a.iter().flatten(), |_| 8, Some((&wide, 64)))
     } else if let Some(a) = column.as_primitive_opt::<TimestampMicrosecondType>() {
-        of(a.iter().flatten(), Some((&wide, 64)))
+        of(a.iter().flatten(), |_| 8, Some((&wide, 64)))
     } else if let Some(a) = column.as_primitive_opt::<Int32Type>() {
-        of(a.iter().flatten(), Some((&narrow, 32)))
+        of(a.iter().flatten(), |_| 4, Some((&narrow, 32)))
     } else if let Some(a) = column.as_primitive_opt::<Date32Type>() {
-        of(a.iter().flatten(), Some((&narrow, 32)))
+        of(a.iter().flatten(), |_| 4, Some((&narrow, 32)))
     } else if let Some(a) = column.as_primitive_opt::<Float64Type>() {
-        of(a.iter().flatten().map(f64::to_bits), None)
+        of(a.iter().flatten().map(f64::to_bits), |_| 8, None)
     } else if let Some(a) = column.as_primitive_opt::<Decimal128Type>() {
-        of(a.iter().flatten(), None)
+        of(a.iter().flatten(), |_| 16, None)
     } else {
         None
     }
@@ -1253,6 +1287,24 @@ mod tests {
                 r#"line 20002: column "id": cannot parse "2000x" as int64"#
             );
         }
+    }
+
+    #[test]
+    fn the_distinct_values_of_a_row_group_are_predicted_from_the_first_ones() {
+        let close = |got: f64, want: f64| (got - want).abs() <= want * 0.02;
+        assert_eq!(
+            expected_distinct(9_500, 9_500, 500_000),
+            500_000.0,
+            "all distinct"
+        );
+        assert!(
+            close(expected_distinct(10_000, 100, 500_000), 100.0),
+            "a vocabulary of 100"
+        );
+        // 9,500 draws from 30,000 values give ~8,140 distinct: the 30,000 are found again.
+        let seen = 30_000.0 * -(-9_500.0_f64 / 30_000.0).exp_m1();
+        let got = expected_distinct(9_500, seen.round() as usize, 500_000);
+        assert!(close(got, 30_000.0), "{got}");
     }
 
     #[test]

@@ -1299,13 +1299,7 @@ mod tests {
             {"name": "f32", "type": "float32"}, {"name": "s", "type": "string"},
             {"name": "b", "type": "bool"}, {"name": "d", "type": "date"},
             {"name": "t", "type": "timestamp"}]"#;
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15_u64);
         let convert_with = |input: &[u8], spec: &ConvertSpec, arrow_only: bool| {
             ARROW_ONLY.set(arrow_only);
             let mut out = Vec::new();
@@ -1321,18 +1315,18 @@ mod tests {
             let rows = 1 + next() % 12;
             let mut input = String::from("i64,i32,dec,f64,f32,s,b,d,t\n");
             for _ in 0..rows {
-                let width = if next() % 50 == 0 { 8 } else { 9 };
+                let width = if next().is_multiple_of(50) { 8 } else { 9 };
                 let fields: Vec<String> = VALUES[..width]
                     .iter()
                     .map(|values| {
                         // Mostly the first (clean) values, so that many files are clean.
-                        let pick = if next() % 4 == 0 {
+                        let pick = if next().is_multiple_of(4) {
                             next() as usize % values.len()
                         } else {
                             next() as usize % 2
                         };
                         let value = values[pick];
-                        if next() % 5 == 0 || value.contains([',', '"', '\n']) {
+                        if next().is_multiple_of(5) || value.contains([',', '"', '\n']) {
                             format!("\"{}\"", value.replace('"', "\"\""))
                         } else {
                             value.to_owned()
@@ -1340,7 +1334,11 @@ mod tests {
                     })
                     .collect();
                 input.push_str(&fields.join(","));
-                input.push_str(if next() % 3 == 0 { "\r\n" } else { "\n" });
+                input.push_str(if next().is_multiple_of(3) {
+                    "\r\n"
+                } else {
+                    "\n"
+                });
             }
             let mut spec = csv_spec(columns);
             spec.batch_rows = 1 + (next() % 8) as usize;
@@ -1761,13 +1759,7 @@ mod tests {
 
     #[test]
     fn skipping_in_bulk_finds_the_first_special_byte() {
-        let mut state = 0x1f83_d9ab_fb41_bd6b_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x1f83_d9ab_fb41_bd6b_u64);
         for _ in 0..100_000 {
             let len = (next() % 40) as usize;
             let bytes: Vec<u8> = (0..len)
@@ -1797,13 +1789,7 @@ mod tests {
         use arrow_cast::display::{ArrayFormatter, FormatOptions};
 
         const ALPHABET: &[u8] = b"ab,,\"\"\\\r\n\n ;'";
-        let mut state = 0x243f_6a88_85a3_08d3_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x243f_6a88_85a3_08d3_u64);
         let (mut agreed, mut refused) = (0, 0);
         for round in 0..12_000 {
             let len = (next() % 40) as usize;

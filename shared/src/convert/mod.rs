@@ -1179,13 +1179,7 @@ mod tests {
     #[test]
     fn random_bytes_never_panic() {
         const ALPHABET: &[u8] = b",;\"\\\n\r{}[]:.-+e019aZ \xff\xef\xbb\xbf\0";
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d_u64);
         for round in 0..3000 {
             let len = (next() % 120) as usize;
             let input: Vec<u8> = (0..len)

@@ -133,6 +133,16 @@ pub(super) fn read_parquet(file: Vec<u8>) -> Parquet {
     }
 }
 
+/// A xorshift64 generator from `seed` (not zero): the tests' reproducible randomness.
+pub(super) fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
+}
+
 pub(super) fn gzip(data: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     encoder.write_all(data).unwrap();

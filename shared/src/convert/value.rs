@@ -269,6 +269,7 @@ pub(super) fn float_overflow(shown: &str, ty: ColumnType) -> String {
 mod tests {
     use arrow_array::types::Decimal128Type;
 
+    use super::super::testutil::xorshift;
     use super::*;
 
     const D12_2: ColumnType = ColumnType::Decimal {
@@ -347,13 +348,7 @@ mod tests {
     #[test]
     fn decimals_agree_with_arrow_cast_except_where_it_rounds() {
         const ALPHABET: &[u8] = b"0123456789.-+eE 0019";
-        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15_u64);
         let mut both = 0;
         for _ in 0..200_000 {
             let len = 1 + (next() % 12) as usize;
@@ -476,13 +471,7 @@ mod tests {
     #[test]
     fn the_timestamp_fast_path_agrees_with_arrow_cast() {
         const ALPHABET: &[u8] = b"0123456789012345-: TZz.+";
-        let mut state = 0x6a09_e667_f3bc_c908_u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x6a09_e667_f3bc_c908_u64);
         let bases = [
             "2024-01-01T00:00:00.943Z",
             "1999-12-31 23:59:59Z",

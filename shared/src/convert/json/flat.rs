@@ -555,22 +555,10 @@ impl Column {
     fn number(&mut self, literal: &str) -> Read {
         match self {
             Self::Int32(b) => {
-                let v = value::whole_number(
-                    literal,
-                    ColumnType::Int32,
-                    i32::MIN.into(),
-                    i32::MAX.into(),
-                );
-                b.append_value(v.ok().and_then(|v| i32::try_from(v).ok()).ok_or(Declined)?);
+                b.append_value(whole(literal, ColumnType::Int32, i32::MIN, i32::MAX)?)
             }
             Self::Int64(b) => {
-                let v = value::whole_number(
-                    literal,
-                    ColumnType::Int64,
-                    i64::MIN.into(),
-                    i64::MAX.into(),
-                );
-                b.append_value(v.ok().and_then(|v| i64::try_from(v).ok()).ok_or(Declined)?);
+                b.append_value(whole(literal, ColumnType::Int64, i64::MIN, i64::MAX)?)
             }
             Self::Float32(b) => b.append_value(float::<f32>(literal, f32::is_finite)?),
             Self::Float64(b) => b.append_value(float::<f64>(literal, f64::is_finite)?),
@@ -629,4 +617,11 @@ fn decimal(text: &str, ty: ColumnType) -> Read<i128> {
         return Err(Declined);
     };
     value::decimal(text, precision, scale.unsigned_abs()).map_err(|_| Declined)
+}
+
+/// A JSON number as a whole number of `ty` within `min..=max`, read by
+/// [`value::whole_number`] as the strict decoder reads it.
+fn whole<T: TryFrom<i128> + Into<i128>>(literal: &str, ty: ColumnType, min: T, max: T) -> Read<T> {
+    let v = value::whole_number(literal, ty, min.into(), max.into());
+    v.ok().and_then(|v| T::try_from(v).ok()).ok_or(Declined)
 }

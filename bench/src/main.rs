@@ -83,7 +83,13 @@ fn run(args: &[String]) -> Result<()> {
         "convert" => {
             let (opts, positional) = parse(
                 rest,
-                &["--format", "--compression", "--schema", "--bad-rows", "--threads"],
+                &[
+                    "--format",
+                    "--compression",
+                    "--schema",
+                    "--bad-rows",
+                    "--threads",
+                ],
             )?;
             let [input, output] = positional.as_slice() else {
                 return Err(USAGE.into());
@@ -495,28 +501,70 @@ fn json_string(out: &mut Vec<u8>, s: &str) {
 const COLUMN_NAMES: &str =
     "order_id,customer_id,product_id,sku,quantity,unit_price,total,country,status,created_at,note";
 
+/// The four data files of a generated dataset (`STEM.csv`, `STEM.jsonl` and their gzip,
+/// level 6), written under `.tmp` names: the caller renames them once the dataset is whole,
+/// so an interrupted run never leaves a dataset that looks complete.
+pub struct DataFiles {
+    csv: BufWriter<File>,
+    jsonl: BufWriter<File>,
+    csv_gz: GzEncoder<BufWriter<File>>,
+    jsonl_gz: GzEncoder<BufWriter<File>>,
+}
+
+impl DataFiles {
+    /// Creates the files in `dir`, the CSV ones starting with `csv_header`.
+    pub fn create(dir: &Path, stem: &str, csv_header: &str) -> Result<Self> {
+        let tmp = |suffix: &str| -> Result<BufWriter<File>> {
+            let file = File::create(dir.join(format!("{stem}.{suffix}.tmp")))?;
+            Ok(BufWriter::with_capacity(1 << 20, file))
+        };
+        let level = flate2::Compression::new(6);
+        let mut files = Self {
+            csv: tmp("csv")?,
+            jsonl: tmp("jsonl")?,
+            csv_gz: GzEncoder::new(tmp("csv.gz")?, level),
+            jsonl_gz: GzEncoder::new(tmp("jsonl.gz")?, level),
+        };
+        files.csv.write_all(csv_header.as_bytes())?;
+        files.csv_gz.write_all(csv_header.as_bytes())?;
+        Ok(files)
+    }
+
+    /// Appends CSV text `csv` and JSON Lines text `jsonl`, plain and compressed.
+    pub fn write(&mut self, csv: &[u8], jsonl: &[u8]) -> Result<()> {
+        self.csv.write_all(csv)?;
+        self.csv_gz.write_all(csv)?;
+        self.jsonl.write_all(jsonl)?;
+        self.jsonl_gz.write_all(jsonl)?;
+        Ok(())
+    }
+
+    /// Flushes and closes the four files.
+    pub fn finish(self) -> Result<()> {
+        self.csv.into_inner().map_err(|e| e.into_error())?;
+        self.jsonl.into_inner().map_err(|e| e.into_error())?;
+        self.csv_gz
+            .finish()?
+            .into_inner()
+            .map_err(|e| e.into_error())?;
+        self.jsonl_gz
+            .finish()?
+            .into_inner()
+            .map_err(|e| e.into_error())?;
+        Ok(())
+    }
+}
+
 fn generate(rows: u64, dir: &Path) -> Result<()> {
     fs::create_dir_all(dir)?;
     let path = |name: &str| -> PathBuf { dir.join(name) };
     // Written under temporary names and renamed at the end, so an interrupted run never
     // leaves a dataset that looks complete.
-    let tmp = |name: &str| -> Result<BufWriter<File>> {
-        Ok(BufWriter::with_capacity(
-            1 << 20,
-            File::create(path(&format!("{name}.tmp")))?,
-        ))
-    };
-    let mut csv = tmp("orders.csv")?;
-    let mut jsonl = tmp("orders.jsonl")?;
-    let level = flate2::Compression::new(6);
-    let mut csv_gz = GzEncoder::new(tmp("orders.csv.gz")?, level);
-    let mut jsonl_gz = GzEncoder::new(tmp("orders.jsonl.gz")?, level);
 
     let mut rng = Rng(0x7469_6465_6d61_726b); // "tidemark"
     let mut expected = Expected::default();
     let header = format!("{COLUMN_NAMES}\n");
-    csv.write_all(header.as_bytes())?;
-    csv_gz.write_all(header.as_bytes())?;
+    let mut files = DataFiles::create(dir, "orders", &header)?;
     let (mut c, mut j) = (Vec::with_capacity(1 << 20), Vec::with_capacity(2 << 20));
     for i in 0..rows {
         let o = order(&mut rng, i);
@@ -558,21 +606,12 @@ fn generate(rows: u64, dir: &Path) -> Result<()> {
         e.created_at_micros += i128::from(o.created_ms) * 1000;
 
         if c.len() >= 1 << 20 || i + 1 == rows {
-            csv.write_all(&c)?;
-            csv_gz.write_all(&c)?;
-            jsonl.write_all(&j)?;
-            jsonl_gz.write_all(&j)?;
+            files.write(&c, &j)?;
             c.clear();
             j.clear();
         }
     }
-    csv.into_inner().map_err(|e| e.into_error())?;
-    jsonl.into_inner().map_err(|e| e.into_error())?;
-    csv_gz.finish()?.into_inner().map_err(|e| e.into_error())?;
-    jsonl_gz
-        .finish()?
-        .into_inner()
-        .map_err(|e| e.into_error())?;
+    files.finish()?;
 
     let e = &expected;
     let expected_json = serde_json::json!({

@@ -21,13 +21,11 @@
 //!   so that their exact sums are known.
 
 use std::fmt::Write as _;
-use std::fs::{self, File};
-use std::io::{BufWriter, Write};
+use std::fs;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use flate2::write::GzEncoder;
-
-use crate::{Result, Rng, civil_from_days, csv_field, json_string};
+use crate::{DataFiles, Result, Rng, civil_from_days, csv_field, json_string};
 
 /// The columns, shared with the Python engines (bench/schema-wide.json).
 pub const SCHEMA_JSON: &str = include_str!("../schema-wide.json");
@@ -400,23 +398,11 @@ pub fn generate(rows: u64, dir: &Path) -> Result<()> {
         .collect();
     fs::create_dir_all(dir)?;
     let path = |name: &str| -> PathBuf { dir.join(name) };
-    let tmp = |name: &str| -> Result<BufWriter<File>> {
-        Ok(BufWriter::with_capacity(
-            1 << 20,
-            File::create(path(&format!("{name}.tmp")))?,
-        ))
-    };
-    let mut csv = tmp("wide.csv")?;
-    let mut jsonl = tmp("wide.jsonl")?;
-    let level = flate2::Compression::new(6);
-    let mut csv_gz = GzEncoder::new(tmp("wide.csv.gz")?, level);
-    let mut jsonl_gz = GzEncoder::new(tmp("wide.jsonl.gz")?, level);
 
     let mut rng = Rng(0x7769_6465_5f74_6d6b); // "wide_tmk"
     let mut totals: Vec<Totals> = names.iter().map(|_| Totals::default()).collect();
     let header = names.join(",") + "\n";
-    csv.write_all(header.as_bytes())?;
-    csv_gz.write_all(header.as_bytes())?;
+    let mut files = DataFiles::create(dir, "wide", &header)?;
     let (mut c, mut j) = (Vec::with_capacity(2 << 20), Vec::with_capacity(3 << 20));
     for i in 0..rows {
         let cells = row(&mut rng, i);
@@ -493,21 +479,12 @@ pub fn generate(rows: u64, dir: &Path) -> Result<()> {
         c.push(b'\n');
         j.extend_from_slice(b"}\n");
         if c.len() >= 1 << 20 || i + 1 == rows {
-            csv.write_all(&c)?;
-            csv_gz.write_all(&c)?;
-            jsonl.write_all(&j)?;
-            jsonl_gz.write_all(&j)?;
+            files.write(&c, &j)?;
             c.clear();
             j.clear();
         }
     }
-    csv.into_inner().map_err(|e| e.into_error())?;
-    jsonl.into_inner().map_err(|e| e.into_error())?;
-    csv_gz.finish()?.into_inner().map_err(|e| e.into_error())?;
-    jsonl_gz
-        .finish()?
-        .into_inner()
-        .map_err(|e| e.into_error())?;
+    files.finish()?;
 
     let mut sums = serde_json::Map::new();
     let mut nulls = serde_json::Map::new();

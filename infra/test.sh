@@ -25,6 +25,11 @@ if ! command -v cargo >/dev/null && [[ -x "$HOME/.cargo/bin/cargo" ]]; then
     PATH="$HOME/.cargo/bin:$PATH"
 fi
 
+# A CI checkout is built once: incremental caches only cost disk there.
+if [[ -n "${CI:-}" ]]; then
+    export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+fi
+
 STEP_NO=0
 STEP_TOTAL=5
 

@@ -20,7 +20,6 @@
 //! their line, error and bytes, in [`ConvertStats::rejects`] (see [`reject`] for which
 //! errors those are).
 
-mod columns;
 mod csv;
 mod header;
 mod input;
@@ -186,10 +185,8 @@ pub struct ConvertSpec {
     pub zstd_level: i32,
     /// What a row that does not decode does (default [`BadRows::Fail`]).
     pub bad_rows: BadRows,
-    /// Threads of [`convert`]: with 2 or more, one decodes while the columns of the batch
-    /// before are encoded on this many threads, the costliest columns first, so that the
-    /// CPUs share the work whichever stage is heavier (default: 2 when the process may run
-    /// on more than one CPU, else 1). The output is the same bytes whatever the number.
+    /// Threads of [`convert`]: with 2 or more, one decodes while another encodes the
+    /// batch before (default: 2 when the process may run on more than one CPU, else 1).
     pub threads: usize,
 }
 
@@ -428,17 +425,11 @@ pub fn convert<R: Read, W: Write + Send>(
 }
 
 /// The Parquet writer of [`convert`], made when the first rows arrive so that each column's
-/// encoding is chosen from them (see [`column_choices`]). With [`ConvertSpec::threads`] above
-/// one, the columns of each batch are encoded on that many threads (the same bytes).
+/// encoding is chosen from them (see [`column_choices`]).
 struct Encoder<'s, W: Write + Send> {
     spec: &'s ConvertSpec,
     output: Option<W>,
-    writer: Option<Sink<W>>,
-}
-
-enum Sink<W: Write + Send> {
-    One(ArrowWriter<W>),
-    Columns(columns::ColumnsWriter<W>),
+    writer: Option<ArrowWriter<W>>,
 }
 
 impl<'s, W: Write + Send> Encoder<'s, W> {
@@ -452,29 +443,17 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
         })
     }
 
-    fn writer(&mut self, first: Option<&RecordBatch>) -> Result<&mut Sink<W>, ConvertError> {
+    fn writer(&mut self, first: Option<&RecordBatch>) -> Result<&mut ArrowWriter<W>, ConvertError> {
         if let Some(output) = self.output.take() {
             let mut properties = writer_builder(self.spec, MAX_ROW_GROUP_BYTES)?;
             if let Some(batch) = first {
                 properties = column_choices(properties, batch, self.spec.row_group_rows);
             }
-            let writer =
-                ArrowWriter::try_new(output, self.spec.schema.clone(), Some(properties.build()))?;
-            let nested = self
-                .spec
-                .schema
-                .fields()
-                .iter()
-                .any(|f| f.data_type().is_nested());
-            self.writer = Some(if self.spec.threads < 2 || nested {
-                Sink::One(writer)
-            } else {
-                Sink::Columns(columns::ColumnsWriter::new(
-                    writer,
-                    self.spec.schema.clone(),
-                    self.spec.threads,
-                )?)
-            });
+            self.writer = Some(ArrowWriter::try_new(
+                output,
+                self.spec.schema.clone(),
+                Some(properties.build()),
+            )?);
         }
         Ok(self.writer.as_mut().expect("made above"))
     }
@@ -483,20 +462,15 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
         if batch.num_rows() == 0 && self.writer.is_none() {
             return Ok(()); // choose from rows, not from a batch whose rows were all rejected
         }
-        match self.writer(Some(batch))? {
-            Sink::One(writer) => writer.write(batch)?,
-            Sink::Columns(writer) => writer.write(batch)?,
-        }
+        self.writer(Some(batch))?.write(batch)?;
         Ok(())
     }
 
     /// Finishes the file; returns its number of row groups.
     fn close(mut self) -> Result<usize, ConvertError> {
         self.writer(None)?;
-        Ok(match self.writer.expect("made above") {
-            Sink::One(writer) => writer.close()?.num_row_groups(),
-            Sink::Columns(writer) => writer.close()?,
-        })
+        let writer = self.writer.expect("made above");
+        Ok(writer.close()?.num_row_groups())
     }
 }
 

@@ -37,6 +37,42 @@ pub enum ModeOrigin {
     Override,
 }
 
+/// The ledger file of the embedded pair under a root.
+pub const LEDGER_FILE: &str = "ledger.db";
+
+/// Every bucket the sources name, landing and output, once each, in order.
+pub fn buckets(config: &Config) -> Vec<String> {
+    let mut buckets: Vec<String> = Vec::new();
+    for source in &config.sources {
+        for bucket in [&source.doc.bucket, &source.doc.output.bucket] {
+            if !buckets.contains(bucket) {
+                buckets.push(bucket.clone());
+            }
+        }
+    }
+    buckets
+}
+
+/// `root` holds an embedded workspace (its ledger), or an error saying what is missing.
+fn workspace_exists(root: &Path) -> Result<(), Error> {
+    let shown = root.display();
+    if !root.is_dir() {
+        return Err(format!(
+            "no workspace at {shown}: the folder does not exist (check --root / TIDEMARK_ROOT; \
+             `tidemark init --root {shown}` creates one)"
+        )
+        .into());
+    }
+    if !root.join(LEDGER_FILE).is_file() {
+        return Err(format!(
+            "no workspace at {shown}: it has no {LEDGER_FILE} (check --root / TIDEMARK_ROOT; \
+             `tidemark init --root {shown}` makes it one)"
+        )
+        .into());
+    }
+    Ok(())
+}
+
 /// Open backends: the pipeline the commands drive.
 #[derive(Clone)]
 pub struct Backend {
@@ -53,10 +89,14 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// Open the backends of `kind`.
+    /// Open the backends of `kind`. The embedded pair must exist already (`tidemark init`
+    /// makes it): a mistyped `--root` is an error naming it, not an empty workspace.
     pub async fn open(kind: BackendKind, root: &Path, config: Arc<Config>) -> Result<Self, Error> {
         match kind {
-            BackendKind::Local => Self::local(root, config, Arc::new(SystemClock)).await,
+            BackendKind::Local => {
+                workspace_exists(root)?;
+                Self::embedded(root, config, Arc::new(SystemClock), false).await
+            }
             BackendKind::Aws => Self::aws(config).await,
         }
     }
@@ -68,14 +108,26 @@ impl Backend {
         config: Arc<Config>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, Error> {
-        std::fs::create_dir_all(root)
-            .map_err(|e| format!("cannot create the root {}: {e}", root.display()))?;
-        let store = FolderStore::new(root.join("buckets"));
-        for source in &config.sources {
-            store.create_bucket(&source.doc.bucket).await?;
-            store.create_bucket(&source.doc.output.bucket).await?;
+        Self::embedded(root, config, clock, true).await
+    }
+
+    async fn embedded(
+        root: &Path,
+        config: Arc<Config>,
+        clock: Arc<dyn Clock>,
+        create: bool,
+    ) -> Result<Self, Error> {
+        if create {
+            std::fs::create_dir_all(root)
+                .map_err(|e| format!("cannot create the root {}: {e}", root.display()))?;
         }
-        let ledger_path = root.join("ledger.db");
+        let store = FolderStore::new(root.join("buckets"));
+        if create {
+            for bucket in buckets(&config) {
+                store.create_bucket(&bucket).await?;
+            }
+        }
+        let ledger_path = root.join(LEDGER_FILE);
         let ledger = SqliteLedger::open(&ledger_path)?;
         let queue = LocalQueue::open(root.join("queue.db"), "backfill")?;
         Ok(Self {

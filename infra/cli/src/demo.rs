@@ -550,7 +550,8 @@ pub async fn demo(dir: Option<PathBuf>, out: Out<'_>) -> Result<ExitCode, Error>
     print_status(&statuses, &backend, out)?;
     writeln!(
         out,
-        "\nTry it yourself on this workspace:\n  \
+        "\nTry it yourself on this workspace (`cargo install --locked --path infra/cli` puts \
+         `tidemark` on the PATH, in ~/.cargo/bin):\n  \
          export TIDEMARK_ROOT={d} TIDEMARK_CONFIG_FILE={d}/sources.json\n  \
          tidemark status\n  \
          tidemark explain orders {OVERWRITTEN}\n  \

@@ -94,6 +94,13 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Make the embedded workspace under --root (the folder, the SQLite ledger, a folder for
+    /// every bucket the sources name), or on AWS check that the table and buckets answer.
+    ///
+    /// Idempotent: run it again after adding a source. Every other command on the embedded
+    /// backends needs the workspace, so a mistyped --root is an error, not an empty ledger.
+    /// Exits 1 when something on AWS is missing.
+    Init,
     /// Process every unseen object of each source (or one) once: list, claim, convert, commit.
     ///
     /// Objects already done for their current ETag are skipped without counting against the
@@ -231,6 +238,9 @@ pub async fn execute(cli: Cli, out: Out<'_>) -> Result<ExitCode, Error> {
     if let Command::Convert(args) = cli.command {
         return commands::convert::convert_command(config, args, cli.json, out).await;
     }
+    if let Command::Init = cli.command {
+        return commands::init::init_command(cli.backend, &cli.root, config, cli.json, out).await;
+    }
     let backend = Backend::open(cli.backend, &cli.root, config).await?;
     dispatch(cli.command, &backend, cli.json, out).await
 }
@@ -244,6 +254,7 @@ pub async fn dispatch(
 ) -> Result<ExitCode, Error> {
     use commands::*;
     match command {
+        Command::Init => Err("init opens the backends itself: use `execute`".into()),
         Command::Run(args) => run::run_command(backend, &args.into(), json, out).await,
         Command::Replay(args) => run::run_command(backend, &args.into(), json, out).await,
         Command::Status { source } => status::status_command(backend, source, json, out).await,

@@ -287,3 +287,31 @@ pub async fn handle(
         .collect();
     Ok(response)
 }
+
+/// The source ids the ledger holds records of that `p`'s document does not name (a row-level
+/// bookmark's lock id counts as its source's), each logged once as a warning: state a
+/// renamed source left behind, which `tidemark rename-source` moves. Called at cold start
+/// (one Query on DynamoDB); a failure to read is logged, never fatal.
+pub async fn warn_orphaned_sources(p: &Pipeline) -> Vec<String> {
+    let ids = match p.ledger.source_ids().await {
+        Ok(ids) => ids,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not list the ledger's source ids");
+            return Vec::new();
+        }
+    };
+    let mut orphaned: Vec<String> = Vec::new();
+    for id in ids {
+        let base = id.strip_suffix("~bookmark").unwrap_or(&id).to_string();
+        if p.config.source(&base).is_none() && !orphaned.contains(&base) {
+            tracing::warn!(
+                source_id = %base,
+                "the ledger holds records of source {base:?}, which the sources document does \
+                 not name: if it was renamed, `tidemark rename-source {base} NEW` moves them \
+                 (objects of NEW are processed again until then)"
+            );
+            orphaned.push(base);
+        }
+    }
+    orphaned
+}

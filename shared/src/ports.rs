@@ -344,6 +344,19 @@ pub trait Ledger: JobStore + Send + Sync {
         mode: Mode,
         at: i64,
     ) -> Result<(), LedgerError>;
+
+    /// Every source id the ledger holds records of, sorted: how state left behind by a source
+    /// renamed or removed from the document is found. On DynamoDB a registry (one item per
+    /// source id, written before a process's first record of that source, read with one
+    /// Query), so an id whose records were all removed may still be listed until
+    /// [`Ledger::unregister_source`]; on SQLite the ids of the records themselves.
+    async fn source_ids(&self) -> Result<Vec<String>, LedgerError>;
+
+    /// Forget `source_id` in the registry of [`Ledger::source_ids`] (after its records were
+    /// moved or removed). Nothing to do where the ids come from the records.
+    async fn unregister_source(&self, _source_id: &str) -> Result<(), LedgerError> {
+        Ok(())
+    }
 }
 
 /// A message taken from a queue.

@@ -769,6 +769,16 @@ impl Ledger for FaultyLedger {
         self.before("PutItem", source_id, "")?;
         self.inner.set_source_mode(source_id, mode, at).await
     }
+
+    async fn source_ids(&self) -> Result<Vec<String>, LedgerError> {
+        self.before("Query", "", "")?;
+        self.inner.source_ids().await
+    }
+
+    async fn unregister_source(&self, source_id: &str) -> Result<(), LedgerError> {
+        self.before("DeleteItem", source_id, "")?;
+        self.inner.unregister_source(source_id).await
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ async fn main() -> Result<(), Error> {
     tidemark::telemetry::init("info");
     let config = Arc::new(tidemark::config::Config::from_env()?);
     let pipeline = tidemark::aws::pipeline_from_env(config).await?;
+    tidemark::ingest::warn_orphaned_sources(&pipeline).await;
     let concurrency = handler::concurrency_from_env()?;
     let pipeline = &pipeline;
     run(service_fn(move |event| async move {

@@ -139,6 +139,19 @@ pub enum Command {
         /// The object key.
         key: String,
     },
+    /// Move the ledger state of a renamed source (an id the document no longer has, listed
+    /// by `status`) to the id that replaced it, so the rename costs no reprocessing.
+    ///
+    /// Conditional writes, resumable (run it again after a crash or a conflict), audited
+    /// under both ids; the row-level bookmark, mode override and reconcile window state move
+    /// too. Outputs are never touched: NEW must write to the same output location as OLD.
+    /// Exits 1 while something of OLD is left (a live claim, a key NEW already holds).
+    RenameSource {
+        /// The id the ledger holds and the document no longer has.
+        old: String,
+        /// The id of the document that replaces it.
+        new: String,
+    },
     /// Set a source's mode (Glue's job-bookmark options), stored in the ledger.
     ///
     /// enable: process what is new and advance the ledger. pause: process what is new into its
@@ -266,6 +279,9 @@ pub async fn dispatch(
         Command::MarkProcessed(args) => watermark::mark_command(backend, &args, json, out).await,
         Command::Forget { source, key } => {
             watermark::forget_command(backend, &source, &key, json, out).await
+        }
+        Command::RenameSource { old, new } => {
+            rename::rename_command(backend, &old, &new, json, out).await
         }
         Command::Mode { source, mode } => {
             mode::mode_command(backend, &source, mode, json, out).await

@@ -51,7 +51,8 @@
 //! read of a global secondary index): a record written in the last second may be missing or
 //! stale. Every operator write that follows is conditional on the revision it read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
@@ -99,12 +100,20 @@ pub const AUDIT_PREFIX: &str = "~audit/";
 /// Prefix of the `pk` of source control items (mode overrides).
 pub const SOURCE_PREFIX: &str = "~source/";
 
+/// `gsi1pk` of the source registry: one item per source id that ever had a record (see
+/// [`Ledger::source_ids`]).
+pub const SOURCES_PARTITION: &str = "~sources";
+/// Prefix of the `pk` of registry items.
+pub const REGISTRY_PREFIX: &str = "~registry/";
+
 /// The ledger on a DynamoDB table.
 #[derive(Debug, Clone)]
 pub struct DynamoLedger {
     client: Client,
     table: String,
     page_limit: Option<i32>,
+    /// Source ids this process has registered already (one PutItem per source and process).
+    registered: Arc<Mutex<HashSet<String>>>,
 }
 
 /// The partition key of a record.
@@ -129,6 +138,7 @@ impl DynamoLedger {
             client,
             table: table.into(),
             page_limit: None,
+            registered: Arc::default(),
         }
     }
 
@@ -221,6 +231,37 @@ impl DynamoLedger {
                 Err(self.service_err("PutItem", (&record.source_id, &record.key), failure(&e)))
             }
         }
+    }
+
+    /// Make sure the registry lists `source_id` before its first record of this process is
+    /// written (an unconditional, idempotent PutItem), so that [`Ledger::source_ids`] finds
+    /// every source with records.
+    async fn register(&self, source_id: &str) -> Result<(), LedgerError> {
+        let known = |set: &Mutex<HashSet<String>>| {
+            set.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(source_id)
+        };
+        if known(&self.registered) {
+            return Ok(());
+        }
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item(
+                "pk",
+                AttributeValue::S(format!("{REGISTRY_PREFIX}{source_id}")),
+            )
+            .item("gsi1pk", AttributeValue::S(SOURCES_PARTITION.into()))
+            .item("gsi1sk", AttributeValue::S(source_id.into()))
+            .send()
+            .await
+            .map_err(|e| self.service_err("PutItem", (source_id, ""), failure(&e)))?;
+        self.registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(source_id.to_string());
+        Ok(())
     }
 
     /// The items of these partition keys (absent ones are left out), by BatchGetItem, 100
@@ -656,6 +697,54 @@ impl JobStore for DynamoLedger {
 
 #[async_trait]
 impl Ledger for DynamoLedger {
+    async fn source_ids(&self) -> Result<Vec<String>, LedgerError> {
+        let mut ids = Vec::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let page = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .index_name(INDEX_BY_SOURCE)
+                .key_condition_expression("gsi1pk = :p")
+                .expression_attribute_values(":p", AttributeValue::S(SOURCES_PARTITION.into()))
+                .set_limit(self.page_limit)
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| self.service_err("Query", ("", ""), failure(&e)))?;
+            for item in page.items.unwrap_or_default() {
+                if let Some(AttributeValue::S(id)) = item.get("gsi1sk") {
+                    ids.push(id.clone());
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) if !k.is_empty() => start = Some(k),
+                _ => break,
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    async fn unregister_source(&self, source_id: &str) -> Result<(), LedgerError> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key(
+                "pk",
+                AttributeValue::S(format!("{REGISTRY_PREFIX}{source_id}")),
+            )
+            .send()
+            .await
+            .map_err(|e| self.service_err("DeleteItem", (source_id, ""), failure(&e)))?;
+        self.registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(source_id);
+        Ok(())
+    }
+
     async fn get(&self, source_id: &str, key: &str) -> Result<Option<Record>, LedgerError> {
         let o = self
             .client
@@ -672,6 +761,7 @@ impl Ledger for DynamoLedger {
     }
 
     async fn create(&self, record: &Record) -> Result<LedgerWrite, LedgerError> {
+        self.register(&record.source_id).await?;
         self.put(record, COND_ABSENT, None).await
     }
 

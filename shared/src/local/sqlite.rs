@@ -592,6 +592,18 @@ impl Ledger for SqliteLedger {
         self.list_all(Some(source_id)).await
     }
 
+    async fn source_ids(&self) -> Result<Vec<String>, LedgerError> {
+        self.call("source_ids", "", "", |conn| {
+            let mut statement =
+                conn.prepare_cached("SELECT DISTINCT source_id FROM ledger ORDER BY source_id")?;
+            let ids = statement
+                .query_map([], |row| row.get::<_, String>(0))?
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(ids)
+        })
+        .await
+    }
+
     async fn get_many(&self, source_id: &str, keys: &[String]) -> Result<Vec<Record>, LedgerError> {
         let (s, keys) = (source_id.to_owned(), keys.to_vec());
         self.call("get_many", source_id, "", move |conn| {

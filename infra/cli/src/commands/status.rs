@@ -206,6 +206,55 @@ pub async fn status(backend: &Backend, source: Option<&str>) -> Result<Vec<Sourc
     Ok(all)
 }
 
+/// Ledger state of a source id the document does not have: a source renamed or removed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Orphan {
+    /// The id.
+    pub source_id: String,
+    /// Its records.
+    pub records: u64,
+    /// Records per status (only the statuses present).
+    pub objects: BTreeMap<&'static str, u64>,
+    /// Rows over its committed versions.
+    pub rows: u64,
+}
+
+/// The source ids the ledger holds records of that the document does not name (a row-level
+/// bookmark's lock id counts as its source's).
+pub async fn orphans(backend: &Backend) -> Result<Vec<Orphan>, Error> {
+    let ledger = &backend.pipeline.ledger;
+    let mut ids: Vec<String> = Vec::new();
+    for id in ledger.source_ids().await? {
+        let base = id.strip_suffix("~bookmark").unwrap_or(&id).to_string();
+        if backend.config().source(&base).is_none() && !ids.contains(&base) {
+            ids.push(base);
+        }
+    }
+    let mut found = Vec::new();
+    for id in ids {
+        let records = ledger.list(&id).await?;
+        let lock = ledger
+            .list(&tidemark::bookmark::lock_source_id(&id))
+            .await?;
+        if records.is_empty() && lock.is_empty() {
+            continue; // registered, but nothing left (a removal that did not unregister)
+        }
+        let mut objects = BTreeMap::new();
+        let mut rows = 0;
+        for r in &records {
+            *objects.entry(r.status.as_str()).or_insert(0) += 1;
+            rows += r.committed.as_ref().map_or(0, |c| c.rows);
+        }
+        found.push(Orphan {
+            source_id: id,
+            records: (records.len() + lock.len()) as u64,
+            objects,
+            rows,
+        });
+    }
+    Ok(found)
+}
+
 /// `tidemark status`.
 pub async fn status_command(
     backend: &Backend,
@@ -214,12 +263,38 @@ pub async fn status_command(
     out: Out<'_>,
 ) -> Result<ExitCode, Error> {
     let statuses = status(backend, source.as_deref()).await?;
+    let orphaned = match source {
+        Some(_) => Vec::new(),
+        None => orphans(backend).await?,
+    };
     if json {
-        print_json(out, &serde_json::json!({ "sources": statuses }))?;
+        print_json(
+            out,
+            &serde_json::json!({ "sources": statuses, "orphaned": orphaned }),
+        )?;
     } else {
         print_status(&statuses, backend, out)?;
+        print_orphans(&orphaned, out)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The orphaned source ids, with what to do about them.
+pub fn print_orphans(orphaned: &[Orphan], out: Out<'_>) -> Result<(), Error> {
+    for o in orphaned {
+        let objects: Vec<String> = o.objects.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        writeln!(
+            out,
+            "ORPHANED: {}: not in the sources document, the ledger holds {} records ({}), {} rows: \
+             if it was renamed, `tidemark rename-source {} NEW` moves them (no reprocessing)",
+            o.source_id,
+            o.records,
+            objects.join(", "),
+            o.rows,
+            o.source_id,
+        )?;
+    }
+    Ok(())
 }
 
 /// The human form of `status`: one table of counts, then sums and lag per source.

@@ -688,13 +688,16 @@ impl Planner<'_> {
     }
 }
 
-fn committed_under_other(r: &Record, fingerprint: &str) -> bool {
+/// Was `r`'s commit made under another source configuration than `fingerprint`'s? (What
+/// `stale_config` re-processes.)
+pub fn committed_under_other(r: &Record, fingerprint: &str) -> bool {
     r.committed
         .as_ref()
         .is_some_and(|c| c.config_fp != fingerprint)
 }
 
-fn done_for(r: &Record, etag: &str) -> bool {
+/// Is `r` done for the object version with `etag`?
+pub fn done_for(r: &Record, etag: &str) -> bool {
     r.status == Status::Done
         && matches!(
             r.committed.as_ref().map(|c| &c.target),

@@ -139,6 +139,17 @@ pub enum Command {
         /// The object key.
         key: String,
     },
+    /// What deploying the sources document given by --config would do, against the live
+    /// ledger and buckets: per source the objects it would process (new), process again
+    /// (committed under another id), rewrite with `backfill --stale-config`, or stop tracking;
+    /// ledger state of ids the document lacks (a rename: `rename-source`), keys two sources
+    /// take. Run it before every deploy. Exits 1 when anything would be reprocessed, rewritten,
+    /// orphaned, untracked or taken twice, unless --allow.
+    Plan {
+        /// Exit 0 even when the plan needs attention.
+        #[arg(long)]
+        allow: bool,
+    },
     /// Move the ledger state of a renamed source (an id the document no longer has, listed
     /// by `status`) to the id that replaced it, so the rename costs no reprocessing.
     ///
@@ -280,6 +291,7 @@ pub async fn dispatch(
         Command::Forget { source, key } => {
             watermark::forget_command(backend, &source, &key, json, out).await
         }
+        Command::Plan { allow } => plan::plan_command(backend, allow, json, out).await,
         Command::RenameSource { old, new } => {
             rename::rename_command(backend, &old, &new, json, out).await
         }

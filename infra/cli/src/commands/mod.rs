@@ -10,6 +10,7 @@ pub mod init;
 pub mod invoke;
 pub mod mode;
 pub mod outputs;
+pub mod plan;
 pub mod rename;
 pub mod repair;
 pub mod run;

@@ -1113,7 +1113,7 @@ def test_alarms_present():
             failures.append(f"{fn} runs no pipeline, yet its log group {lg} feeds QuarantinedObjects")
     # Reconcile's findings: alarms on metrics counted from the reconcile log group.
     reconcile_lg = render(resources()["ReconcileFunction"]["Properties"]["LoggingConfig"]["LogGroup"])
-    for field in ("Mismatches", "Missing"):
+    for field in ("Mismatches", "Missing", "FreshnessBreached"):
         metrics = [t["MetricName"] for f in resources("AWS::Logs::MetricFilter").values()
                    if render(f["Properties"]["LogGroupName"]) == reconcile_lg
                    and f"$.{field}" in f["Properties"]["FilterPattern"]

@@ -413,6 +413,49 @@ pub struct SourceDoc {
     /// Row-level bookmark keys: emit only rows whose key is beyond the source's mark.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bookmark: Option<crate::bookmark::BookmarkDoc>,
+    /// Freshness alarm: the scheduled reconcile flags the source when it has committed fewer
+    /// rows than `min_rows_per_window` within the last `max_silence`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub freshness: Option<FreshnessDoc>,
+}
+
+/// The freshness expectation of a source: "alarm if it processes zero records".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FreshnessDoc {
+    /// The longest time the source may commit nothing (or too few rows): a number and a unit,
+    /// `m`, `h` or `d` (`"90m"`, `"6h"`, `"2d"`); at least a minute.
+    pub max_silence: String,
+    /// Rows the source must commit within every `max_silence` (default 1).
+    #[serde(default = "one_row")]
+    pub min_rows_per_window: u64,
+}
+
+fn one_row() -> u64 {
+    1
+}
+
+/// `"90m"`, `"6h"`, `"2d"` in milliseconds.
+pub fn parse_duration_ms(text: &str) -> Result<i64, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?} has no unit: use m, h or d (e.g. \"6h\")"))?;
+    let (number, unit) = text.split_at(split);
+    let number: i64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a whole number"))?;
+    let unit_ms = match unit {
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        other => return Err(format!("unknown unit {other:?} in {text:?}: use m, h or d")),
+    };
+    match number.checked_mul(unit_ms) {
+        Some(ms) if ms >= 60_000 => Ok(ms),
+        Some(_) => Err(format!("{text:?} is shorter than a minute")),
+        None => Err(format!("{text:?} is too long")),
+    }
 }
 
 fn default_attempts() -> u32 {
@@ -572,6 +615,10 @@ impl Source {
                 "output prefix overlaps the source prefix in the same bucket: outputs would trigger ingest",
             ));
         }
+        if let Some(f) = &doc.freshness {
+            parse_duration_ms(&f.max_silence)
+                .map_err(|e| invalid(format!("{at}.freshness.max_silence"), e))?;
+        }
         if doc.schema.is_empty() {
             return Err(invalid(
                 format!("{at}.schema"),
@@ -700,6 +747,13 @@ impl Source {
     /// The source id.
     pub fn id(&self) -> &str {
         &self.doc.source_id
+    }
+
+    /// `freshness.max_silence` in milliseconds and `min_rows_per_window`, if set (validated).
+    pub fn freshness(&self) -> Option<(i64, u64)> {
+        let f = self.doc.freshness.as_ref()?;
+        let ms = parse_duration_ms(&f.max_silence).expect("validated with the document");
+        Some((ms, f.min_rows_per_window))
     }
 
     /// Does this source claim `bucket/key`?
@@ -885,6 +939,47 @@ mod tests {
             {{"name":"amount","type":"decimal(12,2)"}}],"sum_columns":["amount"],
             "output":{{"bucket":"lake","prefix":"orders/"}}{extra}}}]}}"#
         )
+    }
+
+    #[test]
+    fn freshness_durations_are_read_or_refused_naming_the_field() {
+        assert_eq!(parse_duration_ms("90m"), Ok(90 * 60_000));
+        assert_eq!(parse_duration_ms("6h"), Ok(6 * 3_600_000));
+        assert_eq!(parse_duration_ms(" 2d "), Ok(2 * 86_400_000));
+        for bad in [
+            "",
+            "6",
+            "h",
+            "6x",
+            "0m",
+            "1.5h",
+            "-1h",
+            "99999999999999999d",
+        ] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad:?}");
+        }
+        let c = Config::from_json(&doc(r#","freshness":{"max_silence":"6h"}"#)).unwrap();
+        assert_eq!(c.sources[0].freshness(), Some((6 * 3_600_000, 1)));
+        assert_eq!(
+            Config::from_json(&doc("")).unwrap().sources[0].freshness(),
+            None
+        );
+        let err = Config::from_json(&doc(r#","freshness":{"max_silence":"6 hours"}"#))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("sources[0].freshness.max_silence") && err.contains("unknown unit"),
+            "{err}"
+        );
+        // Not part of the fingerprint: an alarm setting does not make outputs stale.
+        let with = Config::from_json(&doc(
+            r#","freshness":{"max_silence":"1d","min_rows_per_window":500}"#,
+        ))
+        .unwrap();
+        assert_eq!(
+            with.sources[0].fingerprint,
+            Config::from_json(&doc("")).unwrap().sources[0].fingerprint
+        );
     }
 
     #[test]

@@ -375,6 +375,92 @@ pub struct Report {
     /// last day: what a backfill did next to what reconcile found.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub jobs: Vec<crate::jobs::JobStatus>,
+    /// The freshness of each source with `freshness` set (scheduled runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub freshness: Vec<Freshness>,
+}
+
+/// How recently a source committed rows, against its `freshness` setting.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Freshness {
+    /// The source.
+    pub source_id: String,
+    /// `freshness.max_silence`, ms.
+    pub max_silence_ms: i64,
+    /// `freshness.min_rows_per_window`.
+    pub min_rows: u64,
+    /// The start of the period looked at: the run's time minus `max_silence`.
+    pub since_ms: i64,
+    /// Rows committed since then (new versions, not deletes).
+    pub rows: u64,
+    /// Objects committed since then.
+    pub objects: u64,
+    /// The last commit seen (`None`: none in the records read).
+    pub last_commit_ms: Option<i64>,
+    /// Fewer than `min_rows` rows since `since_ms`: the alarm's condition.
+    pub breached: bool,
+}
+
+/// The [`Freshness`] of `source` at `now`, if it has a `freshness` setting. Reads the
+/// source's records committed since `now − max_silence`: with `reconcile.date_prefix`, only
+/// those under the date prefixes of that period (plus a day before it, for keys dated the day
+/// before they land); without, every record of the source.
+pub async fn freshness(p: &Pipeline, source: &Source, now: i64) -> Result<Option<Freshness>> {
+    let Some((max_silence_ms, _)) = source.freshness() else {
+        return Ok(None);
+    };
+    let since_ms = now - max_silence_ms;
+    let records = if source.doc.reconcile.date_prefix.is_some() {
+        let window = Window {
+            from_ms: since_ms - 86_400_000,
+            to_ms: now + 1,
+        };
+        let mut records = Vec::new();
+        for prefix in window_prefixes(source, window) {
+            records.extend(
+                p.ledger
+                    .list_range(source.id(), &crate::ports::KeyRange::prefix(prefix))
+                    .await?,
+            );
+        }
+        records
+    } else {
+        p.ledger.list(source.id()).await?
+    };
+    Ok(freshness_of(source, &records, now))
+}
+
+/// The [`Freshness`] of `source` at `now` from `records` (those committed since `now −
+/// max_silence` at least), if it has a `freshness` setting.
+pub fn freshness_of(
+    source: &Source,
+    records: &[crate::model::Record],
+    now: i64,
+) -> Option<Freshness> {
+    let (max_silence_ms, min_rows) = source.freshness()?;
+    let since_ms = now - max_silence_ms;
+    let (mut rows, mut objects, mut last_commit_ms) = (0, 0, None::<i64>);
+    for r in records {
+        let Some(c) = &r.committed else { continue };
+        if !matches!(c.target, crate::model::Target::Version(_)) {
+            continue;
+        }
+        last_commit_ms = Some(last_commit_ms.map_or(c.committed_at, |l| l.max(c.committed_at)));
+        if c.committed_at >= since_ms {
+            rows += c.rows;
+            objects += 1;
+        }
+    }
+    Some(Freshness {
+        source_id: source.id().to_string(),
+        max_silence_ms,
+        min_rows,
+        since_ms,
+        rows,
+        objects,
+        last_commit_ms,
+        breached: rows < min_rows,
+    })
 }
 
 /// How far back a finished backfill job still shows in a report.
@@ -1460,6 +1546,30 @@ impl Report {
                 })
                 .to_string()
             })
+            .chain(self.freshness.iter().map(|f| {
+                let silence = self.generated_at - f.last_commit_ms.unwrap_or(f.since_ms);
+                serde_json::json!({
+                    "_aws": {
+                        "Timestamp": self.generated_at,
+                        "CloudWatchMetrics": [{
+                            "Namespace": "tidemark",
+                            "Dimensions": [["source_id"]],
+                            "Metrics": [
+                                {"Name": "FreshnessBreached", "Unit": "Count"},
+                                {"Name": "RecentRows", "Unit": "Count"},
+                                {"Name": "SilenceSeconds", "Unit": "Seconds"}
+                            ]
+                        }]
+                    },
+                    "source_id": f.source_id,
+                    "FreshnessBreached": u8::from(f.breached),
+                    "RecentRows": f.rows,
+                    "SilenceSeconds": silence.max(0) / 1000,
+                    "max_silence_seconds": f.max_silence_ms / 1000,
+                    "min_rows_per_window": f.min_rows,
+                })
+                .to_string()
+            }))
             .collect()
     }
 
@@ -1710,6 +1820,31 @@ impl Report {
             }
             h.push_str("</table>");
         }
+        if !self.freshness.is_empty() {
+            h.push_str(
+                "<h2>Freshness</h2><table><tr><th class=\"k\">source</th><th>rows since</th>\
+                 <th>objects</th><th>min rows</th><th class=\"k\">last commit</th><th></th></tr>",
+            );
+            for f in &self.freshness {
+                h.push_str(&format!(
+                    "<tr{}><td class=\"k\">{}</td><td>{} ({})</td><td>{}</td><td>{}</td>\
+                     <td class=\"k\">{}</td><td>{}</td></tr>",
+                    if f.breached { " class=\"diff\"" } else { "" },
+                    esc(&f.source_id),
+                    f.rows,
+                    rfc3339(f.since_ms),
+                    f.objects,
+                    f.min_rows,
+                    f.last_commit_ms.map_or("none seen".into(), rfc3339),
+                    if f.breached {
+                        "<span class=\"bad\">silent</span>"
+                    } else {
+                        "<span class=\"ok\">fresh</span>"
+                    },
+                ));
+            }
+            h.push_str("</table>");
+        }
         h.push_str("</body></html>");
         h
     }
@@ -1821,6 +1956,7 @@ pub async fn handle_with(
         generated_at: now,
         sources: Vec::new(),
         jobs: Vec::new(),
+        freshness: Vec::new(),
     };
     let opts = Options {
         stop_at_ms,
@@ -1853,6 +1989,12 @@ pub async fn handle_with(
             let days = closed_day_checks(p, source, &mut state, &opts, ctx, &mut report).await;
             if moved || days {
                 save_state(p, reports, source.id(), &state, etag).await?;
+            }
+            match freshness(p, source, now).await {
+                Ok(Some(f)) => report.freshness.push(f),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(source_id = source.id(), error = %e,
+                    "freshness not computed"),
             }
         }
         if let Some(queue) = queue {

@@ -195,6 +195,7 @@ async fn reconcile_report(b: &Backends, p: &Pipeline, source: &str) -> Report {
         generated_at: b.clock.now_ms(),
         sources: vec![r],
         jobs: Vec::new(),
+        freshness: Vec::new(),
     }
 }
 

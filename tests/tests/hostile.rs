@@ -1017,6 +1017,7 @@ async fn bad_rows_go_to_the_rejects_file_under_policy_reject(b: Backends) {
         generated_at: 0,
         sources: vec![report],
         jobs: Vec::new(),
+        freshness: Vec::new(),
     };
     let metrics = all.metric_lines().join("\n");
     assert!(metrics.contains("\"RejectedRows\":2"), "{metrics}");

@@ -264,6 +264,7 @@ async fn hand_edits_are_each_reported_as_their_own_kind_with_exact_numbers(b: Ba
         generated_at: b.clock.now_ms(),
         sources: vec![r],
         jobs: Vec::new(),
+        freshness: Vec::new(),
     };
     let html = report.to_html();
     assert!(html.contains("in/2026/11/02.csv") && html.contains(&amount(&altered)));
@@ -722,6 +723,7 @@ async fn an_output_replaced_with_the_same_row_count_is_caught_by_both_tiers(b: B
         generated_at: b.clock.now_ms(),
         sources: vec![r],
         jobs: Vec::new(),
+        freshness: Vec::new(),
     };
     let json = serde_json::to_value(&report).unwrap();
     let entry = &json["sources"][0];

@@ -498,6 +498,7 @@ pub async fn demo(dir: Option<PathBuf>, out: Out<'_>) -> Result<ExitCode, Error>
         generated_at: now,
         sources: Vec::new(),
         jobs: Vec::new(),
+        freshness: Vec::new(),
     };
     for source in &backend.config().sources {
         // Every object through the deep tier: the source recounted, the sums read back.

@@ -505,6 +505,7 @@ pub async fn merge_if_done(
         generated_at: p.clock.now_ms(),
         sources: vec![entry],
         jobs: Vec::new(),
+        freshness: Vec::new(),
     };
     report.add_jobs(p).await;
     let keys = report.write(p, reports).await?;

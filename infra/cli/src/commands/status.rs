@@ -71,6 +71,9 @@ pub struct SourceStatus {
     /// source with `on_bad_row: reject`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rejects_at: Option<String>,
+    /// Rows committed within the source's `freshness.max_silence`, against its minimum.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub freshness: Option<tidemark::reconcile::Freshness>,
 }
 
 /// The row-level bookmark of a source, from its lock record.
@@ -151,6 +154,7 @@ pub fn summarize(
                 source.doc.output.bucket, source.doc.output.prefix
             )
         }),
+        freshness: tidemark::reconcile::freshness_of(source, records, now),
     })
 }
 
@@ -297,6 +301,29 @@ pub fn print_orphans(orphaned: &[Orphan], out: Out<'_>) -> Result<(), Error> {
     Ok(())
 }
 
+/// The LAG cell: how long the oldest waiting object has waited, and, for a source with a
+/// `freshness` setting that it does not meet, how long it has been silent.
+fn lag(s: &SourceStatus, now: i64) -> String {
+    let waiting = s.oldest_waiting.as_ref().map(|w| duration(w.lag_ms));
+    let silent = s.freshness.as_ref().filter(|f| f.breached).map(|f| {
+        let since = f.last_commit_ms.map_or("no commit".to_string(), |t| {
+            format!("silent {}", duration(now - t))
+        });
+        format!(
+            "{since}: {} rows in {} (min {})",
+            f.rows,
+            duration(f.max_silence_ms),
+            f.min_rows
+        )
+    });
+    match (waiting, silent) {
+        (None, None) => "-".into(),
+        (Some(w), None) => w,
+        (None, Some(s)) => s,
+        (Some(w), Some(s)) => format!("{w}; {s}"),
+    }
+}
+
 /// The human form of `status`: one table of counts, then sums and lag per source.
 pub fn print_status(
     statuses: &[SourceStatus],
@@ -337,9 +364,7 @@ pub fn print_status(
             s.last_commit.map_or("-".into(), |t| {
                 format!("{} ({} ago)", when(t), duration(now - t))
             }),
-            s.oldest_waiting
-                .as_ref()
-                .map_or("-".into(), |w| duration(w.lag_ms)),
+            lag(s, now),
         ]);
     }
     write!(out, "{}", t.render())?;

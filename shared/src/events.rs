@@ -180,6 +180,16 @@ pub enum EventError {
 /// its records is malformed); SQS and SNS yield one per record, each decoded independently.
 pub fn decode_invocation(payload: &Value) -> Result<Invocation, EventError> {
     let Some(records) = payload.get("Records").and_then(Value::as_array) else {
+        if is_test_event(payload) {
+            // S3's test message on its own, as SNS or SQS carry it: acknowledged, not an error.
+            return Ok(Invocation {
+                delivery: Delivery::Direct,
+                messages: vec![Message::new(
+                    None,
+                    Ok(Decoded::skipped(TEST_EVENT.to_owned())),
+                )],
+            });
+        }
         if !is_eventbridge(payload) {
             return Err(EventError::UnrecognizedPayload);
         }
@@ -905,6 +915,19 @@ mod tests {
         let invocation = decode(&payload);
         assert!(invocation.messages[0].outcome.as_ref().unwrap().is_empty());
         assert_eq!(invocation.messages[0].skipped, ["s3:TestEvent"]);
+    }
+
+    #[test]
+    fn a_bare_test_event_is_skipped() {
+        let payload = json!({"Service": "Amazon S3", "Event": "s3:TestEvent",
+            "Time": "2024-05-01T09:30:00.512Z", "Bucket": "b", "RequestId": "R", "HostId": "H"});
+        let invocation = decode(&payload);
+        assert_eq!(invocation.delivery, Delivery::Direct);
+        let [message] = &invocation.messages[..] else {
+            panic!("one message")
+        };
+        assert!(message.outcome.as_ref().unwrap().is_empty());
+        assert_eq!(message.skipped, ["s3:TestEvent"]);
     }
 
     #[test]

@@ -190,6 +190,9 @@ pub async fn handle(
     let mut job_counts = vec![JobCounts::default(); n];
     for (i, message) in invocation.messages.iter().enumerate() {
         response.summary.skipped += message.skipped.len();
+        for reason in &message.skipped {
+            tracing::info!(message_id = ?message.id, reason = %reason, "skipped");
+        }
         if let Some(batch) = &message.work {
             response.summary.work_items += batch.items.len();
             work.extend(batch.items.iter().map(|item| (i, Unit::Item(batch, item))));

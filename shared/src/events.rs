@@ -716,6 +716,9 @@ mod tests {
     const SQS_EB: &str = include_str!("../fixtures/events/sqs_eventbridge.json");
     const SQS_MOTO: &str = include_str!("../fixtures/events/sqs_moto.json");
     const SQS_PARTIAL: &str = include_str!("../fixtures/events/sqs_partial_failure.json");
+    /// Received from moto's SQS after an upload to a bucket notifying a moto SNS topic to which
+    /// the queue is subscribed (signatures and receipt handles shortened).
+    const SQS_SNS_MOTO: &str = include_str!("../fixtures/events/sqs_sns_moto.json");
 
     fn json(fixture: &str) -> Value {
         serde_json::from_str(fixture).expect("fixture is JSON")
@@ -1006,6 +1009,31 @@ mod tests {
                 size: Some(11),
                 sequencer: None,
                 event_time: Some("2024-05-01T09:32:10.123456".into()),
+                event_name: "ObjectCreated:Put".into(),
+            }]
+        );
+    }
+
+    #[test]
+    fn moto_sns_envelopes_in_sqs_decode_through_the_crate_types() {
+        let invocation = decode(&json(SQS_SNS_MOTO));
+        assert_eq!(invocation.delivery, Delivery::Sqs);
+        let [test, upload] = &invocation.messages[..] else {
+            panic!("two messages")
+        };
+        assert!(test.outcome.as_ref().unwrap().is_empty());
+        assert_eq!(test.skipped, ["s3:TestEvent"]);
+        assert_eq!(
+            upload.outcome.as_ref().unwrap(),
+            &[ObjectEvent {
+                bucket: "tidemark-landing".into(),
+                key: "orders/live check/a+b 1.csv".into(),
+                kind: ObjectEventKind::Created,
+                version_id: None,
+                etag: Some("233478fb39d4cfd7e4b69302e90f5454".into()),
+                size: Some(7035),
+                sequencer: None,
+                event_time: Some("2026-12-01T20:27:07.473Z".into()),
                 event_name: "ObjectCreated:Put".into(),
             }]
         );

@@ -93,7 +93,7 @@ pub struct Message {
 /// How the invocation reached the Lambda (its top-level shape).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
-    /// An S3 event notification invoking the Lambda directly.
+    /// An S3 event notification invoking the Lambda directly, or S3's test message on its own.
     Direct,
     /// An SQS event source mapping; each record's body may hold any supported shape.
     Sqs,

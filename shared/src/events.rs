@@ -3,9 +3,15 @@
 //! One function, [`decode_invocation`], accepts every shape AWS delivers: a direct S3 event
 //! notification, S3 → SQS, S3 → SNS → SQS (with or without raw message delivery), S3 → SNS →
 //! Lambda, and EventBridge events from `aws.s3` (direct, or as the body of an SQS message). The
-//! serde types here are our own, with every field we do not strictly need optional and unknown
-//! fields ignored, so that later AWS additions and the thinner records of local emulators such as
-//! moto (no `userIdentity`, `sequencer` or `versionId`; `eventTime` without `Z`) all decode.
+//! envelopes decode through the `aws_lambda_events` types (`SqsMessage`, `SnsRecord`,
+//! `SnsMessage`, `EventBridgeEvent`, and `S3Entity` for a notification's bucket and object).
+//! Where such a type would refuse what we accept, a small type of our own stands in, each with
+//! the reason beside it: a notification record (moto's have no `userIdentity` or
+//! `requestParameters`, and an `eventTime` without a zone), S3's EventBridge `detail` (the
+//! crate has no type for it), and the `size` and EventBridge `time` values (a numeric string, a
+//! numeric time). Unknown fields are ignored and fields we do not need may be missing, so
+//! later AWS additions and the thinner records of local emulators such as moto (no
+//! `userIdentity`, `sequencer` or `versionId`; `eventTime` without `Z`) all decode.
 //! Each SQS message decodes on its own, so one malformed body fails only that message and the
 //! caller can report it in a partial batch response. Events that are not object creations or
 //! removals (`s3:TestEvent`, `ObjectRestore:*`, `LifecycleTransition`, …) are skipped with a
@@ -17,6 +23,10 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 
+use aws_lambda_events::eventbridge::EventBridgeEvent;
+use aws_lambda_events::s3::{S3Bucket, S3Entity, S3Object};
+use aws_lambda_events::sns::{SnsMessage, SnsRecord};
+use aws_lambda_events::sqs::SqsMessage;
 use percent_encoding::percent_decode_str;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -83,7 +93,7 @@ pub struct Message {
 /// How the invocation reached the Lambda (its top-level shape).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {
-    /// An S3 event notification invoking the Lambda directly.
+    /// An S3 event notification invoking the Lambda directly, or S3's test message on its own.
     Direct,
     /// An SQS event source mapping; each record's body may hold any supported shape.
     Sqs,
@@ -170,6 +180,16 @@ pub enum EventError {
 /// its records is malformed); SQS and SNS yield one per record, each decoded independently.
 pub fn decode_invocation(payload: &Value) -> Result<Invocation, EventError> {
     let Some(records) = payload.get("Records").and_then(Value::as_array) else {
+        if is_test_event(payload) {
+            // S3's test message on its own, as SNS or SQS carry it: acknowledged, not an error.
+            return Ok(Invocation {
+                delivery: Delivery::Direct,
+                messages: vec![Message::new(
+                    None,
+                    Ok(Decoded::skipped(TEST_EVENT.to_owned())),
+                )],
+            });
+        }
         if !is_eventbridge(payload) {
             return Err(EventError::UnrecognizedPayload);
         }
@@ -369,8 +389,11 @@ impl Message {
     }
 }
 
-/// A notification record, with `s3` kept raw so that skipped event types need no particular
-/// object shape.
+/// A notification record. Our own type rather than `aws_lambda_events`' `S3EventRecord`,
+/// which requires `userIdentity` and `requestParameters` (moto's records have neither) and
+/// parses `eventTime` as a timestamp with a zone (moto's has none); we keep `eventTime`
+/// verbatim. Only these three fields: `s3` is decoded through the crate's `S3Entity`, and
+/// kept raw until then so that skipped event types need no particular object shape.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct S3Record {
@@ -380,43 +403,25 @@ struct S3Record {
     s3: Value,
 }
 
-#[derive(Deserialize)]
-struct S3Entity {
-    bucket: Bucket,
-    object: ObjectInfo,
-}
-
-#[derive(Deserialize)]
-struct Bucket {
-    name: String,
-}
-
-/// The object as described by a notification (`eTag`, `versionId`) or by EventBridge
-/// (`etag`, `version-id`; moto's EventBridge events use `eTag`).
+/// The object as described by EventBridge (`etag`, `version-id`; moto's EventBridge events
+/// use `eTag`), or by a notification once decoded through the crate's `S3Object`. Our own
+/// type because the crate has no type for S3's EventBridge `detail`, and its `S3Object`
+/// spells these fields `eTag` and `versionId`.
 #[derive(Deserialize)]
 struct ObjectInfo {
     key: String,
     size: Option<Scalar>,
-    #[serde(rename = "eTag", alias = "etag")]
+    #[serde(rename = "etag", alias = "eTag")]
     etag: Option<String>,
-    #[serde(rename = "versionId", alias = "version-id")]
+    #[serde(rename = "version-id", alias = "versionId")]
     version_id: Option<String>,
     sequencer: Option<Sequencer>,
 }
 
 #[derive(Deserialize)]
-struct EventBridgeEvent {
-    #[serde(rename = "detail-type")]
-    detail_type: String,
-    time: Option<Scalar>,
-    #[serde(default)]
-    detail: Value,
-}
-
-#[derive(Deserialize)]
 #[serde(rename_all = "kebab-case")]
 struct EventBridgeDetail {
-    bucket: Bucket,
+    bucket: S3Bucket,
     object: ObjectInfo,
     deletion_type: Option<String>,
 }
@@ -484,25 +489,47 @@ fn invalid_json(context: impl Into<String>) -> impl FnOnce(serde_json::Error) ->
     move |source| EventError::Json { context, source }
 }
 
+/// One SQS record through the crate's `SqsMessage`. Records are decoded one at a time, not as
+/// the crate's `SqsEvent`, so that one that does not decode fails only its own message; its
+/// `messageId` is then read from the raw record, for the partial batch response to name it.
 fn sqs_message(index: usize, record: &Value) -> Result<Message, EventError> {
-    let id = str_field(record, "messageId")
-        .ok_or_else(|| EventError::MissingField(format!("Records[{index}].messageId")))?;
-    let outcome = str_field(record, "body")
-        .ok_or_else(|| EventError::MissingField(format!("Records[{index}].body")))
-        .and_then(decode_body)
+    let decoded: Result<SqsMessage, _> = serde_path_to_error::deserialize(record);
+    let id = match &decoded {
+        Ok(message) => message.message_id.clone(),
+        Err(_) => str_field(record, "messageId").map(str::to_owned),
+    }
+    .ok_or_else(|| EventError::MissingField(format!("Records[{index}].messageId")))?;
+    let outcome = decoded
+        .map_err(|e| EventError::Json {
+            context: format!("Records[{index}].{}", e.path()),
+            source: e.into_inner(),
+        })
+        .and_then(|message| {
+            message
+                .body
+                .ok_or_else(|| EventError::MissingField(format!("Records[{index}].body")))
+        })
+        .and_then(|body| decode_body(&body))
         .map_err(|source| EventError::SqsMessage {
-            id: id.to_owned(),
+            id: id.clone(),
             source: Box::new(source),
         });
-    Ok(Message::new(Some(id.to_owned()), outcome))
+    Ok(Message::new(Some(id), outcome))
 }
 
+/// One record of an SNS → Lambda invocation, through the crate's `SnsRecord`.
 fn sns_message(index: usize, record: &Value) -> Result<Decoded, EventError> {
-    record
-        .pointer("/Sns/Message")
-        .and_then(Value::as_str)
-        .ok_or_else(|| EventError::MissingField(format!("Records[{index}].Sns.Message")))
-        .and_then(decode_body)
+    let record: SnsRecord =
+        serde_path_to_error::deserialize(record).map_err(|e| EventError::Json {
+            context: format!("Records[{index}].{}", e.path()),
+            source: e.into_inner(),
+        })?;
+    decode_body(&record.sns.message)
+}
+
+/// Is this the body S3 sends once to a new SQS or SNS destination (no type in the crate)?
+fn is_test_event(value: &Value) -> bool {
+    str_field(value, "Event") == Some(TEST_EVENT)
 }
 
 /// Decodes an SQS body or SNS message: an S3 notification, the S3 test event, an EventBridge
@@ -519,14 +546,14 @@ fn decode_body(text: &str) -> Result<Decoded, EventError> {
     }
     if let Some(records) = body.get("Records").and_then(Value::as_array) {
         decode_s3_records(records)
-    } else if str_field(&body, "Event") == Some(TEST_EVENT) {
+    } else if is_test_event(&body) {
         Ok(Decoded::skipped(TEST_EVENT.to_owned()))
     } else if is_eventbridge(&body) {
         decode_eventbridge(&body)
-    } else if let (Some("Notification"), Some(message)) =
-        (str_field(&body, "Type"), str_field(&body, "Message"))
-    {
-        decode_body(message)
+    } else if str_field(&body, "Type") == Some("Notification") && body.get("Message").is_some() {
+        // SNS → SQS: the envelope is the crate's `SnsMessage`.
+        let envelope = SnsMessage::deserialize(&body).map_err(invalid_json("SNS notification"))?;
+        decode_body(&envelope.message)
     } else {
         Err(EventError::UnrecognizedMessage)
     }
@@ -556,11 +583,11 @@ fn decode_s3_records(records: &[Value]) -> Result<Decoded, EventError> {
                 continue;
             }
         };
-        let S3Entity { bucket, object } = S3Entity::deserialize(&record.s3)
-            .map_err(invalid_json(format!("S3 record {index} `s3`")))?;
+        let (bucket, object) =
+            s3_entity(record.s3).map_err(invalid_json(format!("S3 record {index} `s3`")))?;
         let key = decode_form_key(&object.key)?;
         decoded.events.push(object.into_event(
-            bucket.name,
+            bucket,
             key,
             kind,
             record.event_name,
@@ -570,12 +597,67 @@ fn decode_s3_records(records: &[Value]) -> Result<Decoded, EventError> {
     Ok(decoded)
 }
 
+/// The `s3` part of a notification record through the crate's `S3Entity`: the bucket name and
+/// the object, key still form-encoded. All but `object.size`, which the crate reads as a
+/// number only: we also accept a numeric string and report any other size as
+/// [`EventError::InvalidField`], so it is taken out first and read as a [`Scalar`].
+fn s3_entity(mut s3: Value) -> Result<(String, ObjectInfo), serde_json::Error> {
+    let size = s3
+        .get_mut("object")
+        .and_then(Value::as_object_mut)
+        .and_then(|object| object.remove("size"));
+    let size = size
+        .map(Option::<Scalar>::deserialize)
+        .transpose()?
+        .flatten();
+    let S3Entity { bucket, object, .. } = S3Entity::deserialize(s3)?;
+    let S3Object {
+        key,
+        e_tag,
+        version_id,
+        sequencer,
+        ..
+    } = object;
+    let sequencer = sequencer
+        .map(|s| s.parse::<Sequencer>())
+        .transpose()
+        .map_err(serde::de::Error::custom)?;
+    let object = ObjectInfo {
+        key: key.ok_or_else(|| serde::de::Error::missing_field("key"))?,
+        size,
+        etag: e_tag,
+        version_id,
+        sequencer,
+    };
+    Ok((bucket_name(bucket)?, object))
+}
+
+/// The crate's `S3Bucket` has every field optional; we need the name.
+fn bucket_name(bucket: S3Bucket) -> Result<String, serde_json::Error> {
+    bucket
+        .name
+        .ok_or_else(|| serde::de::Error::missing_field("name"))
+}
+
 fn is_eventbridge(value: &Value) -> bool {
     str_field(value, "source") == Some("aws.s3") && value.get("detail-type").is_some()
 }
 
+/// An EventBridge event through the crate's `EventBridgeEvent`, with our own type for S3's
+/// `detail` (the crate has none). All but `time`, which the crate parses as a timestamp with a
+/// zone: moto sends a number, and we keep it verbatim, so it is taken out first and read as a
+/// [`Scalar`].
 fn decode_eventbridge(value: &Value) -> Result<Decoded, EventError> {
-    let event = EventBridgeEvent::deserialize(value).map_err(invalid_json("EventBridge event"))?;
+    let mut value = value.clone();
+    let time = value
+        .as_object_mut()
+        .and_then(|event| event.remove("time"))
+        .map(Option::<Scalar>::deserialize)
+        .transpose()
+        .map_err(invalid_json("EventBridge `time`"))?
+        .flatten();
+    let event: EventBridgeEvent =
+        EventBridgeEvent::deserialize(value).map_err(invalid_json("EventBridge event"))?;
     let created = match event.detail_type.as_str() {
         "Object Created" => true,
         "Object Deleted" => false,
@@ -585,12 +667,13 @@ fn decode_eventbridge(value: &Value) -> Result<Decoded, EventError> {
             )));
         }
     };
+    let context = "EventBridge `detail`";
     let EventBridgeDetail {
         bucket,
         object,
         deletion_type,
-    } = EventBridgeDetail::deserialize(&event.detail)
-        .map_err(invalid_json("EventBridge `detail`"))?;
+    } = EventBridgeDetail::deserialize(&event.detail).map_err(invalid_json(context))?;
+    let bucket = bucket_name(bucket).map_err(invalid_json(context))?;
     let kind = if created {
         ObjectEventKind::Created
     } else {
@@ -602,11 +685,11 @@ fn decode_eventbridge(value: &Value) -> Result<Decoded, EventError> {
     // is used verbatim: decoding it would turn a literal `+` into a space.
     let key = object.key.clone();
     let event = object.into_event(
-        bucket.name,
+        bucket,
         key,
         kind,
         event.detail_type,
-        event.time.map(Scalar::into_string),
+        time.map(Scalar::into_string),
     )?;
     Ok(Decoded {
         events: vec![event],
@@ -633,6 +716,9 @@ mod tests {
     const SQS_EB: &str = include_str!("../fixtures/events/sqs_eventbridge.json");
     const SQS_MOTO: &str = include_str!("../fixtures/events/sqs_moto.json");
     const SQS_PARTIAL: &str = include_str!("../fixtures/events/sqs_partial_failure.json");
+    /// Received from moto's SQS after an upload to a bucket notifying a moto SNS topic to which
+    /// the queue is subscribed (signatures and receipt handles shortened).
+    const SQS_SNS_MOTO: &str = include_str!("../fixtures/events/sqs_sns_moto.json");
 
     fn json(fixture: &str) -> Value {
         serde_json::from_str(fixture).expect("fixture is JSON")
@@ -835,6 +921,19 @@ mod tests {
     }
 
     #[test]
+    fn a_bare_test_event_is_skipped() {
+        let payload = json!({"Service": "Amazon S3", "Event": "s3:TestEvent",
+            "Time": "2024-05-01T09:30:00.512Z", "Bucket": "b", "RequestId": "R", "HostId": "H"});
+        let invocation = decode(&payload);
+        assert_eq!(invocation.delivery, Delivery::Direct);
+        let [message] = &invocation.messages[..] else {
+            panic!("one message")
+        };
+        assert!(message.outcome.as_ref().unwrap().is_empty());
+        assert_eq!(message.skipped, ["s3:TestEvent"]);
+    }
+
+    #[test]
     fn eventbridge_object_created_matches_the_documented_example() {
         let invocation = decode(&json(EB_CREATED));
         assert_eq!(invocation.delivery, Delivery::EventBridge);
@@ -910,6 +1009,31 @@ mod tests {
                 size: Some(11),
                 sequencer: None,
                 event_time: Some("2024-05-01T09:32:10.123456".into()),
+                event_name: "ObjectCreated:Put".into(),
+            }]
+        );
+    }
+
+    #[test]
+    fn moto_sns_envelopes_in_sqs_decode_through_the_crate_types() {
+        let invocation = decode(&json(SQS_SNS_MOTO));
+        assert_eq!(invocation.delivery, Delivery::Sqs);
+        let [test, upload] = &invocation.messages[..] else {
+            panic!("two messages")
+        };
+        assert!(test.outcome.as_ref().unwrap().is_empty());
+        assert_eq!(test.skipped, ["s3:TestEvent"]);
+        assert_eq!(
+            upload.outcome.as_ref().unwrap(),
+            &[ObjectEvent {
+                bucket: "tidemark-landing".into(),
+                key: "orders/live check/a+b 1.csv".into(),
+                kind: ObjectEventKind::Created,
+                version_id: None,
+                etag: Some("233478fb39d4cfd7e4b69302e90f5454".into()),
+                size: Some(7035),
+                sequencer: None,
+                event_time: Some("2026-12-01T20:27:07.473Z".into()),
                 event_name: "ObjectCreated:Put".into(),
             }]
         );

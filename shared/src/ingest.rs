@@ -11,9 +11,10 @@
 //! the deliveries ([`crate::ports::JobStore::finish_message`]). A message with an item that
 //! failed goes back to the queue and is counted when a later delivery finishes it.
 
+use aws_lambda_events::sqs::SqsBatchResponse;
 use futures::StreamExt;
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::events::{Delivery, EventError, ObjectEvent, decode_invocation};
 use crate::jobs::JobCounts;
@@ -103,17 +104,21 @@ pub struct Response {
 }
 
 impl Response {
-    /// The JSON the function returns: `{"batchItemFailures": […]}` for SQS, the summary
-    /// otherwise.
+    /// The partial batch response of an SQS delivery: the messages to be delivered again.
+    pub fn batch_response(&self) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        response.set_failures(&self.retry_messages);
+        response
+    }
+
+    /// The JSON the function returns: the [`SqsBatchResponse`] (`{"batchItemFailures": […]}`)
+    /// for SQS, the summary otherwise.
     pub fn to_json(&self) -> Value {
         match self.delivery {
-            Delivery::Sqs => json!({
-                "batchItemFailures": self.retry_messages.iter()
-                    .map(|id| json!({"itemIdentifier": id}))
-                    .collect::<Vec<_>>()
-            }),
-            _ => serde_json::to_value(&self.summary).unwrap_or(Value::Null),
+            Delivery::Sqs => serde_json::to_value(self.batch_response()),
+            _ => serde_json::to_value(&self.summary),
         }
+        .unwrap_or(Value::Null)
     }
 
     /// True when a non-SQS invocation must fail so Lambda retries it.
@@ -185,6 +190,9 @@ pub async fn handle(
     let mut job_counts = vec![JobCounts::default(); n];
     for (i, message) in invocation.messages.iter().enumerate() {
         response.summary.skipped += message.skipped.len();
+        for reason in &message.skipped {
+            tracing::info!(message_id = ?message.id, reason = %reason, "skipped");
+        }
         if let Some(batch) = &message.work {
             response.summary.work_items += batch.items.len();
             work.extend(batch.items.iter().map(|item| (i, Unit::Item(batch, item))));

@@ -121,6 +121,75 @@ mod tests {
         );
     }
 
+    /// The message S3 sends once to a new SNS topic or SQS queue destination.
+    fn s3_test_event() -> Value {
+        json!({"Service": "Amazon S3", "Event": "s3:TestEvent", "Time": "2024-05-01T09:30:00.512Z",
+               "Bucket": "landing", "RequestId": "5582815E1AEA5ADF",
+               "HostId": "8cLeGAmw098X5cv4Zkwcmo8vvZa3eH3eKxsPzbB9wrR+YstdA6Knx4Ip8EXAMPLE"})
+    }
+
+    /// An invocation that did nothing and skipped one message.
+    fn assert_skipped_one(answer: &Value) {
+        assert_eq!(
+            (&answer["skipped"], &answer["events"], &answer["processed"]),
+            (&json!(1), &json!(0), &json!(0)),
+            "{answer}"
+        );
+        assert_eq!(answer["failed"], 0);
+    }
+
+    #[tokio::test]
+    async fn an_s3_test_event_through_sns_is_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = pipeline(dir.path()).await;
+        let topic = "arn:aws:sns:us-east-1:123456789012:tidemark-objects";
+        let payload = json!({"Records": [{
+            "EventSource": "aws:sns",
+            "EventVersion": "1.0",
+            "EventSubscriptionArn": format!("{topic}:21be56ed-a058-49f5-8c98-aedd2564c486"),
+            "Sns": {
+                "Type": "Notification",
+                "MessageId": "95df01b4-ee98-5cb9-9903-4c221d41eb5e",
+                "TopicArn": topic,
+                "Subject": "Amazon S3 Notification",
+                "Message": s3_test_event().to_string(),
+                "Timestamp": "2024-05-01T09:30:00.612Z",
+                "SignatureVersion": "1",
+                "Signature": "EXAMPLE",
+                "SigningCertUrl": "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0000.pem",
+                "UnsubscribeUrl": "https://sns.us-east-1.amazonaws.com/?Action=Unsubscribe",
+                "MessageAttributes": {}
+            }
+        }]});
+        let answer = function_handler(&p, 2, event(payload)).await.unwrap();
+        assert_skipped_one(&answer);
+
+        // The same message handed over on its own, outside any envelope.
+        let answer = function_handler(&p, 2, event(s3_test_event()))
+            .await
+            .unwrap();
+        assert_skipped_one(&answer);
+    }
+
+    #[tokio::test]
+    async fn an_s3_test_event_through_sqs_is_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = pipeline(dir.path()).await;
+        let payload = json!({"Records": [{
+            "messageId": "2e1424d4-f796-459a-8184-9c92662be6da",
+            "receiptHandle": "AQEBzWwaftRI0KuVm4tP+/7q1rGgNqicHq...",
+            "body": s3_test_event().to_string(),
+            "attributes": {"ApproximateReceiveCount": "1", "SentTimestamp": "1714555800512"},
+            "messageAttributes": {},
+            "md5OfBody": "e4e68fb7bd0e697a0ae8f1bb342846b3",
+            "eventSource": "aws:sqs",
+            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:tidemark-events",
+            "awsRegion": "us-east-1"
+        }]});
+        let answer = function_handler(&p, 2, event(payload)).await.unwrap();
+        assert_eq!(answer, json!({"batchItemFailures": []}));
+    }
+
     #[tokio::test]
     async fn a_payload_of_no_known_shape_is_a_permanent_error() {
         let dir = tempfile::tempdir().unwrap();

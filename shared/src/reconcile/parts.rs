@@ -23,6 +23,7 @@
 
 use std::collections::BTreeMap;
 
+use aws_lambda_events::sqs::SqsBatchResponse;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
@@ -709,14 +710,15 @@ pub struct PartsResponse {
 }
 
 impl PartsResponse {
-    /// The partial batch response.
+    /// The partial batch response ([`SqsBatchResponse`]), with the keys of the reports
+    /// merged beside it (`merged`).
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "batchItemFailures": self.retry_messages.iter()
-                .map(|id| serde_json::json!({"itemIdentifier": id}))
-                .collect::<Vec<_>>(),
-            "merged": self.merged.iter().map(|(_, keys)| keys).collect::<Vec<_>>(),
-        })
+        let mut response = SqsBatchResponse::default();
+        response.set_failures(&self.retry_messages);
+        let mut answer = serde_json::to_value(response).unwrap_or_default();
+        answer["merged"] =
+            serde_json::json!(self.merged.iter().map(|(_, keys)| keys).collect::<Vec<_>>());
+        answer
     }
 }
 

@@ -31,6 +31,7 @@ pub mod reject;
 mod stats;
 #[cfg(test)]
 mod testutil;
+pub(crate) mod typed;
 mod value;
 
 use std::collections::{BTreeMap, HashSet};
@@ -771,7 +772,7 @@ fn decode_with<R: Read>(
         }
         InputFormat::Csv(options) => Box::new(csv::CsvBatches::new(reader, options, spec, types)?),
         InputFormat::JsonLines => Box::new(json::JsonBatches::new(reader, spec)?),
-        InputFormat::Parquet => Box::new(parquet_input::ParquetBatches::new(reader, spec, &types)?),
+        InputFormat::Parquet => Box::new(parquet_input::batches(reader, spec, &types)?),
     };
     let mut rows = 0;
     let mut rejects = Vec::new();

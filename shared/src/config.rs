@@ -161,6 +161,18 @@ pub enum FormatDoc {
     Jsonl,
     /// Parquet, columns matched by name (the file is spooled to local disk to be read).
     Parquet,
+    /// Avro Object Container File, fields matched by name (read as a stream).
+    Avro,
+    /// ORC, columns matched by name (the file is spooled to local disk to be read).
+    Orc,
+}
+
+impl FormatDoc {
+    /// A format whose files carry their own types (Parquet, Avro, ORC): its values are
+    /// read typed, never parsed from text.
+    pub fn is_typed(self) -> bool {
+        matches!(self, Self::Parquet | Self::Avro | Self::Orc)
+    }
 }
 
 /// CSV options of a source.
@@ -713,10 +725,10 @@ impl Source {
             crate::bookmark::validate(b, &doc.schema, at)?;
         }
         if doc.on_bad_row == OnBadRow::Reject {
-            if doc.format == FormatDoc::Parquet {
+            if doc.format.is_typed() {
                 return Err(invalid(
                     format!("{at}.on_bad_row"),
-                    "\"reject\" is for csv and jsonl: a Parquet input's values are typed, and its errors fail the object",
+                    "\"reject\" is for csv and jsonl: a Parquet, Avro or ORC input's values are typed, and its errors fail the object",
                 ));
             }
             if doc.bookmark.is_some() {
@@ -791,6 +803,8 @@ impl Source {
         let format = match self.doc.format {
             FormatDoc::Jsonl => InputFormat::JsonLines,
             FormatDoc::Parquet => InputFormat::Parquet,
+            FormatDoc::Avro => InputFormat::Avro,
+            FormatDoc::Orc => InputFormat::Orc,
             FormatDoc::Csv => {
                 let c = self.doc.csv.clone().unwrap_or_default();
                 // Validated as ASCII in `Source::new`.
@@ -1098,10 +1112,45 @@ mod tests {
             e.to_string(),
             r#"invalid configuration at sources[0].csv: only for format "csv""#
         );
-        let e = Config::from_json(&doc("").replace(r#""format":"csv""#, r#""format":"orc""#))
+        let e = Config::from_json(&doc("").replace(r#""format":"csv""#, r#""format":"xlsx""#))
             .unwrap_err();
         assert!(e.to_string().contains("sources[0].format"), "{e}");
-        assert!(e.to_string().contains("parquet"), "{e}");
+        for format in ["parquet", "avro", "orc"] {
+            assert!(e.to_string().contains(format), "{e}");
+        }
+    }
+
+    #[test]
+    fn avro_and_orc_sources_take_no_csv_options_nor_rejects() {
+        for (name, format) in [("avro", InputFormat::Avro), ("orc", InputFormat::Orc)] {
+            let typed = doc("").replace(r#""format":"csv""#, &format!(r#""format":"{name}""#));
+            let c = Config::from_json(&typed).unwrap();
+            let s = &c.sources[0];
+            assert!(s.doc.format.is_typed());
+            let spec = s.convert_spec(&format!("orders/a.{name}"));
+            assert_eq!(spec.format, format);
+            assert_eq!(spec.compression, Compression::None);
+            assert_eq!(
+                s.convert_spec(&format!("orders/a.{name}.gz")).compression,
+                Compression::Gzip
+            );
+            let with_csv = typed.replace(
+                &format!(r#""format":"{name}""#),
+                &format!(r#""format":"{name}","csv":{{}}"#),
+            );
+            assert_eq!(
+                Config::from_json(&with_csv).unwrap_err().to_string(),
+                r#"invalid configuration at sources[0].csv: only for format "csv""#
+            );
+            let reject = doc(r#","on_bad_row":"reject""#)
+                .replace(r#""format":"csv""#, &format!(r#""format":"{name}""#));
+            let e = Config::from_json(&reject).unwrap_err().to_string();
+            assert!(
+                e.contains("Parquet, Avro or ORC input's values are typed"),
+                "{e}"
+            );
+        }
+        assert!(!FormatDoc::Csv.is_typed() && !FormatDoc::Jsonl.is_typed());
     }
 
     #[test]
@@ -1192,6 +1241,9 @@ mod tests {
         let parquet =
             doc(r#","on_bad_row":"reject""#).replace(r#""format":"csv""#, r#""format":"parquet""#);
         let e = Config::from_json(&parquet).unwrap_err().to_string();
-        assert!(e.contains("Parquet input's values are typed"), "{e}");
+        assert!(
+            e.contains("Parquet, Avro or ORC input's values are typed"),
+            "{e}"
+        );
     }
 }

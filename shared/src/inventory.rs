@@ -514,7 +514,7 @@ fn read_parquet(
 ) -> Result<()> {
     use parquet::arrow::ProjectionMask;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let file = crate::convert::parquet_input::spool(reader).map_err(|e| file_error(name, e))?;
+    let file = crate::convert::typed::spool(reader).map_err(|e| file_error(name, e))?;
     let builder =
         ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| file_error(name, e))?;
     let wanted = [

@@ -1,6 +1,6 @@
-//! Conversion of one CSV, JSON Lines or Parquet object, possibly gzip- or zstd-compressed,
-//! into one Parquet file, with the row count and column sums that let a caller
-//! check the result against the source.
+//! Conversion of one CSV, JSON Lines, Parquet, Avro or ORC object, possibly gzip- or
+//! zstd-compressed, into one Parquet file, with the row count and column sums that let a
+//! caller check the result against the source.
 //!
 //! [`convert`] streams: the input is decompressed, parsed and encoded one batch at a
 //! time, and the Parquet writer closes a row group whenever it reaches
@@ -20,10 +20,12 @@
 //! their line, error and bytes, in [`ConvertStats::rejects`] (see [`reject`] for which
 //! errors those are).
 
+mod avro;
 mod csv;
 mod header;
 mod input;
 mod json;
+mod orc;
 // Not `mod parquet`, which would shadow the crate of that name here.
 #[path = "parquet.rs"]
 pub(crate) mod parquet_input;
@@ -31,6 +33,7 @@ pub mod reject;
 mod stats;
 #[cfg(test)]
 mod testutil;
+pub(crate) mod typed;
 mod value;
 
 use std::collections::{BTreeMap, HashSet};
@@ -92,6 +95,12 @@ pub enum InputFormat {
     /// A Parquet file, columns matched to the schema by name and read by row group; the
     /// input is spooled to a temporary file first (see `convert/parquet.rs`).
     Parquet,
+    /// An Avro Object Container File, fields matched to the schema by name and read block
+    /// by block as a stream (see `convert/avro.rs`).
+    Avro,
+    /// An ORC file, columns matched to the schema by name and read by stripe; the input
+    /// is spooled to a temporary file first (see `convert/orc.rs`).
+    Orc,
 }
 
 /// How the columns of a CSV file with a header are matched to the schema.
@@ -771,7 +780,9 @@ fn decode_with<R: Read>(
         }
         InputFormat::Csv(options) => Box::new(csv::CsvBatches::new(reader, options, spec, types)?),
         InputFormat::JsonLines => Box::new(json::JsonBatches::new(reader, spec)?),
-        InputFormat::Parquet => Box::new(parquet_input::ParquetBatches::new(reader, spec, &types)?),
+        InputFormat::Parquet => Box::new(parquet_input::batches(reader, spec, &types)?),
+        InputFormat::Avro => Box::new(avro::batches(reader, spec, &types)?),
+        InputFormat::Orc => Box::new(orc::batches(reader, spec, &types)?),
     };
     let mut rows = 0;
     let mut rejects = Vec::new();

@@ -10,380 +10,64 @@
 //! source's columns projected and [`ConvertSpec::batch_rows`] rows at a time, so memory
 //! is bounded by a batch of the projected columns (and a page of each), not by the file.
 //!
-//! The contract between a file and the source's schema:
-//!
-//! - columns are matched by exact name, in any order; file columns that the schema does
-//!   not name are not read;
-//! - a schema column absent from the file is NULL when nullable, and otherwise fails the
-//!   object before any row is read;
-//! - a file column must hold its schema column's type, or a type every value of which
-//!   the schema's type stores exactly: `int8`/`int16`/`uint8`/`uint16` into `int32`,
-//!   those and `int32`/`uint32` into `int64`, `float32` into `float64`, an integer or
-//!   decimal into a decimal with at least as many integer digits and at least the
-//!   scale, strings (large, view or dictionary-encoded) into `string`, timestamps of any
-//!   unit and zone (or none: read as UTC) into `timestamp`; anything else fails the
-//!   object naming the column and both types;
-//! - values are stored exactly or refused, naming the 1-based row of the file: a
-//!   nanosecond timestamp that is not a whole microsecond, a second or millisecond
-//!   timestamp beyond the microsecond range, a NULL in a non-nullable column.
+//! Columns are matched to the source's schema and widened as `convert/typed.rs` says
+//! (the contract shared with Avro and ORC input).
 
-use std::fs::File;
-use std::io::{self, BufRead, Write};
-use std::sync::Arc;
+use std::io::BufRead;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
-use arrow_array::{Array, ArrayRef, RecordBatch, TimestampMicrosecondArray, new_null_array};
-use arrow_cast::{CastOptions, cast_with_options};
-use arrow_schema::{DataType, SchemaRef, TimeUnit};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 
-use super::{Batches, ConvertError, ConvertSpec};
+use super::typed::{Rows, TypedBatches, invalid, select, spool};
+use super::{ConvertError, ConvertSpec};
 use crate::schema::ColumnType;
 
-/// Casts that must never turn a value into NULL: an unexpected failure is an error.
-const STRICT: CastOptions<'static> = CastOptions {
-    safe: false,
-    format_options: arrow_cast::display::FormatOptions::new(),
-};
-
-/// How a file column becomes its schema column.
-#[derive(Debug, Clone, PartialEq)]
-enum How {
-    /// Already of the schema's type.
-    Same,
-    /// A lossless arrow cast (widening, string flavours, dictionary unpacking).
-    Cast,
-    /// A timestamp of this unit, to UTC microseconds, checked value by value.
-    Timestamp(TimeUnit),
-}
-
-/// One column of the output.
-#[derive(Debug)]
-struct Column {
-    name: String,
-    data_type: DataType,
-    nullable: bool,
-    /// Position in the projected batch and how to read it; `None`: absent, all NULL.
-    source: Option<(usize, How)>,
-}
-
 /// Batches of a spooled Parquet file in the spec's schema.
-pub(super) struct ParquetBatches {
-    /// `None` once the file is read, or when nothing needs to be read from it.
-    reader: Option<ParquetRecordBatchReader>,
-    /// Rows still to produce when no file column is projected (all-NULL batches).
-    blank_rows: u64,
-    batch_rows: usize,
-    columns: Vec<Column>,
-    schema: SchemaRef,
-    /// Rows produced so far.
-    rows: u64,
-}
+pub(super) type ParquetBatches = TypedBatches<ParquetRecordBatchReader>;
 
-impl ParquetBatches {
-    /// Spools `input` and checks the file's footer and columns against the spec's schema.
-    pub(super) fn new(
-        input: impl BufRead,
-        spec: &ConvertSpec,
-        types: &[ColumnType],
-    ) -> Result<Self, ConvertError> {
-        let file = spool(input)?;
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+/// Spools `input` and checks the file's footer and columns against the spec's schema.
+pub(super) fn batches(
+    input: impl BufRead,
+    spec: &ConvertSpec,
+    types: &[ColumnType],
+) -> Result<ParquetBatches, ConvertError> {
+    let file = spool(input)?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file)
+        .map_err(|e| invalid(format!("not a valid Parquet file: {e}")))?;
+    let metadata = builder.metadata().clone();
+    let groups: i64 = metadata.row_groups().iter().map(|g| g.num_rows()).sum();
+    let total = metadata.file_metadata().num_rows();
+    if total != groups || total < 0 {
+        return Err(invalid(format!(
+            "not a valid Parquet file: the footer counts {total} rows, its row groups {groups}"
+        )));
+    }
+    let file_schema = builder.schema().clone();
+    let selection = select(file_schema.fields().iter().map(|f| f.name().as_str()), spec)?;
+    let projected: Vec<_> = selection
+        .roots
+        .iter()
+        .map(|&root| file_schema.field(root).data_type())
+        .collect();
+    let roots = selection.roots.clone();
+    let typed = selection.plan(spec, types, &projected)?;
+
+    let rows = u64::try_from(total).unwrap_or_default();
+    let rows_from = if roots.is_empty() || rows == 0 {
+        Rows::Blank(rows)
+    } else {
+        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let reader = builder
+            .with_projection(mask)
+            .with_batch_size(spec.batch_rows)
+            .build()
             .map_err(|e| invalid(format!("not a valid Parquet file: {e}")))?;
-        let metadata = builder.metadata().clone();
-        let groups: i64 = metadata.row_groups().iter().map(|g| g.num_rows()).sum();
-        let total = metadata.file_metadata().num_rows();
-        if total != groups || total < 0 {
-            return Err(invalid(format!(
-                "not a valid Parquet file: the footer counts {total} rows, its row groups {groups}"
-            )));
-        }
-        let file_schema = builder.schema().clone();
-
-        // File root of each schema column, then their positions once projected (the
-        // projected batch keeps the file's column order).
-        let mut roots = Vec::new();
-        let mut plans = Vec::new();
-        for (field, ty) in spec.schema.fields().iter().zip(types) {
-            let name = field.name();
-            let mut found = file_schema
-                .fields()
-                .iter()
-                .enumerate()
-                .filter(|(_, f)| f.name() == name);
-            let plan = match (found.next(), found.next()) {
-                (Some(_), Some(_)) => {
-                    return Err(column_error(name, "appears more than once in the file"));
-                }
-                (None, _) if field.is_nullable() => None,
-                (None, _) => {
-                    return Err(column_error(
-                        name,
-                        "missing from the file, and the source's schema requires it",
-                    ));
-                }
-                (Some((root, file_field)), None) => {
-                    let read = plan(file_field.data_type(), *ty).ok_or_else(|| {
-                        column_error(
-                            name,
-                            format!(
-                                "type {} in the file cannot be read as {ty}",
-                                file_field.data_type()
-                            ),
-                        )
-                    })?;
-                    roots.push(root);
-                    Some((root, read))
-                }
-            };
-            plans.push(plan);
-        }
-        roots.sort_unstable();
-        let columns = spec
-            .schema
-            .fields()
-            .iter()
-            .zip(plans)
-            .map(|(field, plan)| Column {
-                name: field.name().clone(),
-                data_type: field.data_type().clone(),
-                nullable: field.is_nullable(),
-                source: plan
-                    .map(|(root, read)| (roots.binary_search(&root).unwrap_or_default(), read)),
-            })
-            .collect();
-
-        let rows = u64::try_from(total).unwrap_or_default();
-        let reader = if roots.is_empty() || rows == 0 {
-            None
-        } else {
-            let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
-            let reader = builder
-                .with_projection(mask)
-                .with_batch_size(spec.batch_rows)
-                .build()
-                .map_err(|e| invalid(format!("not a valid Parquet file: {e}")))?;
-            Some(reader)
-        };
-        Ok(Self {
-            blank_rows: if reader.is_none() { rows } else { 0 },
+        Rows::Read {
             reader,
-            batch_rows: spec.batch_rows,
-            columns,
-            schema: spec.schema.clone(),
-            rows: 0,
-        })
-    }
-
-    /// The next projected batch of the file, or the row count of the next all-NULL one.
-    fn next_file_batch(&mut self) -> Result<Option<(usize, Option<RecordBatch>)>, ConvertError> {
-        if let Some(reader) = &mut self.reader {
-            return match reader.next() {
-                Some(Ok(batch)) => Ok(Some((batch.num_rows(), Some(batch)))),
-                Some(Err(e)) => Err(invalid(format!(
-                    "cannot read the Parquet data after row {}: {e}",
-                    self.rows
-                ))),
-                None => {
-                    self.reader = None;
-                    Ok(None)
-                }
-            };
+            use_columns: true,
         }
-        if self.blank_rows == 0 {
-            return Ok(None);
-        }
-        let n = self.blank_rows.min(self.batch_rows as u64);
-        self.blank_rows -= n;
-        Ok(Some((n as usize, None)))
-    }
-}
-
-impl Batches for ParquetBatches {
-    fn next_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
-        let Some((len, batch)) = self.next_file_batch()? else {
-            return Ok(None);
-        };
-        let first_row = self.rows + 1;
-        let arrays = self
-            .columns
-            .iter()
-            .map(|column| {
-                let array = match (&column.source, &batch) {
-                    (Some((at, read)), Some(batch)) => {
-                        read_column(batch.column(*at), read, column, first_row)?
-                    }
-                    _ => new_null_array(&column.data_type, len),
-                };
-                if !column.nullable && array.null_count() > 0 {
-                    let row = (0..array.len()).find(|&r| array.is_null(r)).unwrap_or(0);
-                    return Err(row_error(
-                        first_row + row as u64,
-                        &column.name,
-                        "missing value in a non-nullable column",
-                    ));
-                }
-                Ok(array)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let batch = RecordBatch::try_new(self.schema.clone(), arrays)
-            .map_err(|e| invalid(format!("cannot assemble a batch: {e}")))?;
-        self.rows += len as u64;
-        Ok(Some(batch))
-    }
-}
-
-/// Copies `input` to an anonymous temporary file, removed when dropped.
-pub(crate) fn spool(mut input: impl BufRead) -> Result<File, ConvertError> {
-    let spool_error = |e: io::Error| {
-        ConvertError::Io(io::Error::new(
-            e.kind(),
-            format!("cannot spool the Parquet input to a temporary file: {e}"),
-        ))
     };
-    let mut file = tempfile::tempfile().map_err(spool_error)?;
-    loop {
-        let chunk = match input.fill_buf() {
-            Ok([]) => break,
-            Ok(chunk) => chunk,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e.into()),
-        };
-        file.write_all(chunk).map_err(spool_error)?;
-        let n = chunk.len();
-        input.consume(n);
-    }
-    file.flush().map_err(spool_error)?;
-    Ok(file)
-}
-
-/// How a file column of type `file` is read as `target`, `None` if it cannot be without
-/// losing values.
-fn plan(file: &DataType, target: ColumnType) -> Option<How> {
-    use DataType as D;
-    if *file == target.to_arrow() {
-        return Some(How::Same);
-    }
-    if let D::Dictionary(_, values) = file {
-        // Unpacked first, then read as the values' type would be.
-        return plan(values, target).map(|read| match read {
-            How::Same => How::Cast,
-            read => read,
-        });
-    }
-    let cast = match (target, file) {
-        (ColumnType::Int32, D::Int8 | D::Int16 | D::UInt8 | D::UInt16) => true,
-        (ColumnType::Int64, D::Int8 | D::Int16 | D::Int32 | D::UInt8 | D::UInt16 | D::UInt32) => {
-            true
-        }
-        (ColumnType::Float64, D::Float32) => true,
-        (ColumnType::String, D::Utf8 | D::LargeUtf8 | D::Utf8View) => true,
-        (ColumnType::Timestamp, D::Timestamp(unit, _)) => return Some(How::Timestamp(*unit)),
-        (ColumnType::Decimal { precision, scale }, file) => {
-            let (digits, file_scale) = match *file {
-                D::Int8 | D::UInt8 => (3, 0),
-                D::Int16 | D::UInt16 => (5, 0),
-                D::Int32 | D::UInt32 => (10, 0),
-                D::Int64 => (19, 0),
-                D::UInt64 => (20, 0),
-                D::Decimal32(p, s)
-                | D::Decimal64(p, s)
-                | D::Decimal128(p, s)
-                | D::Decimal256(p, s)
-                    if s >= 0 && i16::from(s) <= i16::from(p) =>
-                {
-                    (i16::from(p) - i16::from(s), i16::from(s))
-                }
-                _ => return None,
-            };
-            let (precision, scale) = (i16::from(precision), i16::from(scale));
-            file_scale <= scale && digits <= precision - scale
-        }
-        _ => false,
-    };
-    cast.then_some(How::Cast)
-}
-
-/// Reads one file column as `column`, rows numbered from `first_row`.
-fn read_column(
-    array: &ArrayRef,
-    read: &How,
-    column: &Column,
-    first_row: u64,
-) -> Result<ArrayRef, ConvertError> {
-    let cast_error =
-        |e: arrow_schema::ArrowError| column_error(&column.name, format!("cannot read: {e}"));
-    match read {
-        How::Same => Ok(array.clone()),
-        How::Cast => cast_with_options(array, &column.data_type, &STRICT).map_err(cast_error),
-        How::Timestamp(unit) => {
-            let array = match array.data_type() {
-                DataType::Dictionary(_, values) => {
-                    cast_with_options(array, values, &STRICT).map_err(cast_error)?
-                }
-                _ => array.clone(),
-            };
-            let raw = cast_with_options(&array, &DataType::Int64, &STRICT).map_err(cast_error)?;
-            let raw = raw.as_primitive::<Int64Type>();
-            let mut micros = Vec::with_capacity(raw.len());
-            for (i, value) in raw.iter().enumerate() {
-                let value = value
-                    .map(|v| to_micros(v, *unit))
-                    .transpose()
-                    .map_err(|message| row_error(first_row + i as u64, &column.name, message))?;
-                micros.push(value);
-            }
-            let DataType::Timestamp(_, zone) = &column.data_type else {
-                unreachable!("planned for timestamp columns only")
-            };
-            Ok(Arc::new(
-                TimestampMicrosecondArray::from(micros).with_timezone_opt(zone.clone()),
-            ))
-        }
-    }
-}
-
-/// A timestamp `value` in `unit` as microseconds, exactly, or why it cannot be.
-fn to_micros(value: i64, unit: TimeUnit) -> Result<i64, String> {
-    match unit {
-        TimeUnit::Second => value.checked_mul(1_000_000),
-        TimeUnit::Millisecond => value.checked_mul(1_000),
-        TimeUnit::Microsecond => Some(value),
-        TimeUnit::Nanosecond if value % 1_000 == 0 => Some(value / 1_000),
-        TimeUnit::Nanosecond => {
-            let shown = chrono::DateTime::from_timestamp_nanos(value)
-                .to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
-            return Err(format!(
-                "{shown} has digits below the microsecond and would be truncated"
-            ));
-        }
-    }
-    .ok_or_else(|| {
-        let unit = match unit {
-            TimeUnit::Second => "seconds",
-            _ => "milliseconds",
-        };
-        format!("{value} {unit} since the epoch is out of range for a timestamp in microseconds")
-    })
-}
-
-fn invalid(message: String) -> ConvertError {
-    ConvertError::parse(None, None, message)
-}
-
-fn column_error(column: &str, message: impl Into<String>) -> ConvertError {
-    ConvertError::parse(None, Some(column), message)
-}
-
-/// An error at a row of the file: `row N: column "c": …`.
-fn row_error(row: u64, column: &str, message: impl std::fmt::Display) -> ConvertError {
-    ConvertError::parse(
-        None,
-        None,
-        format!("row {row}: column {column:?}: {message}"),
-    )
+    Ok(TypedBatches::new(rows_from, typed, spec, "Parquet", None))
 }
 
 #[cfg(test)]

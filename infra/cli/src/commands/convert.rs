@@ -113,7 +113,7 @@ pub struct ConvertReport {
     pub key: String,
     /// Would the source select that key (prefix, include and exclude globs)?
     pub selected: bool,
-    /// Input format: `csv`, `jsonl` or `parquet`.
+    /// Input format: `csv`, `jsonl`, `parquet`, `avro` or `orc`.
     pub format: &'static str,
     /// Input compression.
     pub compression: Compression,
@@ -379,6 +379,8 @@ fn format_name(format: &InputFormat) -> &'static str {
         InputFormat::Csv(_) => "csv",
         InputFormat::JsonLines => "jsonl",
         InputFormat::Parquet => "parquet",
+        InputFormat::Avro => "avro",
+        InputFormat::Orc => "orc",
     }
 }
 

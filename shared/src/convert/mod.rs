@@ -353,6 +353,38 @@ trait Batches {
     }
 }
 
+/// `read`, with a panic inside it turned into a [`ConvertError::Parse`]: for readers of
+/// untrusted files known to panic on some corrupt ones (`orc-rust` unwraps a block that does
+/// not decompress). The reader is dropped with the error, so no state it left half-done is
+/// used again. Needs `panic = "unwind"` (the workspace's release profile says why).
+fn guarded<T>(read: impl FnOnce() -> Result<T, ConvertError>) -> Result<T, ConvertError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".into());
+        Err(ConvertError::parse(
+            None,
+            None,
+            format!("not a valid file: its reader failed on it ({what})"),
+        ))
+    })
+}
+
+/// [`Batches`] whose every call is [`guarded`].
+struct Guarded<'a>(Box<dyn Batches + 'a>);
+
+impl Batches for Guarded<'_> {
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
+        guarded(|| self.0.next_batch())
+    }
+
+    fn take_rejects(&mut self) -> Vec<Rejected> {
+        self.0.take_rejects()
+    }
+}
+
 /// Converts `input` as `spec` describes into a Parquet file written to `output`.
 ///
 /// Returns the number of rows, the sums of [`ConvertSpec::sum_columns`] and byte
@@ -782,7 +814,10 @@ fn decode_with<R: Read>(
         InputFormat::JsonLines => Box::new(json::JsonBatches::new(reader, spec)?),
         InputFormat::Parquet => Box::new(parquet_input::batches(reader, spec, &types)?),
         InputFormat::Avro => Box::new(avro::batches(reader, spec, &types)?),
-        InputFormat::Orc => Box::new(orc::batches(reader, spec, &types)?),
+        InputFormat::Orc => {
+            let opened = guarded(|| orc::batches(reader, spec, &types))?;
+            Box::new(Guarded(Box::new(opened)))
+        }
     };
     let mut rows = 0;
     let mut rejects = Vec::new();

@@ -67,6 +67,8 @@ SDK_CALLS = {
         # shared/src/ingest.rs: a message of backfill work items whose items have all ended
         ("dynamodb", "TransactWriteItems", "table"),  # finish_message: mark (Put) + counter (Update)
         ("dynamodb", "UpdateItem", "table"),  # add_failures: a counter shard, ADD
+        # functions/ingest/src/main.rs, at cold start: ingest::warn_orphaned_sources
+        ("dynamodb", "Query", "index"),  # Ledger::source_ids: by_source, partition ~sources
     },
     "ReconcileFunction": PIPELINE_CALLS
     | {
@@ -151,6 +153,8 @@ LEDGER_METHODS = {
     "audit_log": ("Scan",),  # operator (CLI)
     "source_mode": ("GetItem",),  # operator (CLI)
     "set_source_mode": ("PutItem",),  # operator (CLI)
+    "source_ids": ("Query",),  # index by_source (~sources): ingest's cold start, status, plan
+    "unregister_source": ("DeleteItem",),  # operator: rename-source (CLI)
     # Jobs (ports::JobStore, the same adapter and table).
     "create_job": ("PutItem",),
     "replace_job": ("PutItem",),

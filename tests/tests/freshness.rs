@@ -155,6 +155,15 @@ async fn silent_sources_are_flagged_and_busy_ones_are_not(b: Backends) {
         (12, false),
         "{name}: {archive:?}"
     );
+    let lag = status_lag(&backend, "orders").await;
+    assert!(
+        lag.contains("too few rows: 5 rows in 2h 00m (min 10)"),
+        "{name}: {lag}"
+    );
+    assert!(
+        !status_lag(&backend, "archive").await.contains("rows in"),
+        "{name}"
+    );
 }
 
 #[tokio::test]

@@ -86,10 +86,9 @@ fn fleet(b: &Backends, p: &Pipeline, queue: Arc<dyn tidemark::ports::WorkQueue>)
         opts: FleetOptions {
             workers: 3,
             batch_size: 1,
-            // Longer than a part's check takes on a loaded machine: these tests are about
-            // splitting, merging and closing windows, not about a part checked twice at once
-            // (a known flaw, see the README's limitations).
-            visibility_ms: 60_000,
+            // Shorter than a part's check on a loaded machine: messages come back while their
+            // part is being checked, and its claim turns them away.
+            visibility_ms: 2_000,
             wait_ms: 100,
             timeout_ms: 600_000,
         },
@@ -407,7 +406,87 @@ async fn split_windows_left_behind_are_looked_after_by_scheduled_runs(b: Backend
     );
 }
 
+/// Every part's message delivered twice at once, then once more after its check: each part
+/// is checked by one of them (its claim), the other comes back, the late one reads the
+/// result written — and the merged report counts every missing object, each repaired once.
+async fn a_part_delivered_twice_at_once_is_checked_once(b: Backends) {
+    let config = config(&b);
+    let p = b.pipeline_with(config.clone());
+    landscape(&b, &p).await;
+    let to = chrono::DateTime::from_timestamp_millis(window(&b).to_ms)
+        .unwrap()
+        .to_rfc3339();
+    let payload =
+        json!({"source": "orders", "from": "1970-01-01T00:00:00Z", "to": to, "repair": true});
+    let queue = b.queue.clone();
+    let coordinator = invoke(&b, &p, &config, &payload, &*queue, "coordinator").await;
+    let fan_out = coordinator.sources[0].fan_out.clone().expect("split");
+    let mut messages = Vec::new();
+    while (messages.len() as u64) < fan_out.parts {
+        messages.extend(queue.receive(10, 600_000, 500).await.unwrap());
+    }
+    let mut held = 0;
+    for m in &messages {
+        let part: parts::Part = serde_json::from_str(&m.body).unwrap();
+        let (first, second) = (b.ctx("first"), b.ctx("second"));
+        let (one, two) = tokio::join!(
+            parts::check_part(&p, &config, &part, &first, i64::MAX),
+            parts::check_part(&p, &config, &part, &second, i64::MAX),
+        );
+        for outcome in [&one, &two] {
+            if let Err(e) = outcome {
+                assert!(
+                    e.to_string().contains("is being checked by"),
+                    "{}: {e}",
+                    b.name
+                );
+                held += 1;
+            }
+        }
+        assert!(
+            one.is_ok() || two.is_ok(),
+            "{}: one of them checks the part",
+            b.name
+        );
+        // The message of the one that was turned away comes back after the check.
+        parts::check_part(&p, &config, &part, &b.ctx("late"), i64::MAX)
+            .await
+            .unwrap();
+    }
+    assert!(held > 0, "{}: the deliveries overlapped", b.name);
+    let report = read_report(&b, &wait_merged(&b, &fan_out.job).await).await;
+    let split = &report.sources[0];
+    assert_eq!(
+        (split.objects, split.count(FindingKind::Missing)),
+        (318, 20),
+        "{}: {:#?}",
+        b.name,
+        split.findings
+    );
+    let (_, counts) = b.ledger.get_job(&fan_out.job).await.unwrap().unwrap();
+    assert_eq!(
+        counts.messages, fan_out.parts,
+        "{}: each part counted once",
+        b.name
+    );
+    let lake = b.lake_objects("orders/").await;
+    for i in 300..320 {
+        assert!(
+            lake.contains_key(&format!("orders/{i:04}.csv.parquet")),
+            "{}: missing object {i} repaired",
+            b.name
+        );
+    }
+    let repaired = split
+        .findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::Missing && f.repair.as_deref() == Some("processed"))
+        .count();
+    assert_eq!(repaired, 20, "{}: {:#?}", b.name, split.findings);
+}
+
 tidemark_tests::on_both!(
+    a_part_delivered_twice_at_once_is_checked_once,
     split_windows_left_behind_are_looked_after_by_scheduled_runs,
     a_split_window_reports_what_one_run_over_the_window_reports,
     a_scheduled_split_window_is_closed_by_its_merge_and_a_dead_merger_is_replaced,

@@ -233,16 +233,18 @@ impl DynamoLedger {
         }
     }
 
+    /// The source ids this process has registered.
+    fn registered(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Make sure the registry lists `source_id` before its first record of this process is
     /// written (an unconditional, idempotent PutItem), so that [`Ledger::source_ids`] finds
     /// every source with records.
     async fn register(&self, source_id: &str) -> Result<(), LedgerError> {
-        let known = |set: &Mutex<HashSet<String>>| {
-            set.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .contains(source_id)
-        };
-        if known(&self.registered) {
+        if self.registered().contains(source_id) {
             return Ok(());
         }
         self.client
@@ -257,10 +259,7 @@ impl DynamoLedger {
             .send()
             .await
             .map_err(|e| self.service_err("PutItem", (source_id, ""), failure(&e)))?;
-        self.registered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(source_id.to_string());
+        self.registered().insert(source_id.to_string());
         Ok(())
     }
 
@@ -738,10 +737,7 @@ impl Ledger for DynamoLedger {
             .send()
             .await
             .map_err(|e| self.service_err("DeleteItem", (source_id, ""), failure(&e)))?;
-        self.registered
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(source_id);
+        self.registered().remove(source_id);
         Ok(())
     }
 

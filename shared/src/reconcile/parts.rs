@@ -30,13 +30,13 @@ use tokio::io::AsyncReadExt;
 
 use super::{
     Finding, InvocationError, Mismatch, Omitted, Options, Report, SourceReport, Tally, Window,
-    load_state, reconcile_source, save_state, sum_type, window_prefixes,
+    load_state, reconcile_source, rfc3339, save_state, sum_type, window_prefixes,
 };
 use crate::config::{Config, ReportsDoc, Source};
 use crate::convert::SumValue;
 use crate::error::{ProcessError, Result};
 use crate::jobs::{Job, JobCounts, JobKind, JobState, JobStatus, PendingPage, Plan, new_job_id};
-use crate::ports::{GetOutcome, JobWrite, WorkQueue, WriteCondition};
+use crate::ports::{GetOutcome, JobWrite, PutOutcome, WorkQueue, WriteCondition};
 use crate::process::{Pipeline, RunContext};
 
 /// Findings, mismatches and deep-checked keys listed at most in a merged report (each).
@@ -119,6 +119,105 @@ pub(super) fn split_entry(source: &Source, window: Window, fan_out: FanOut) -> S
 /// Where the result of part `n` of `job` is kept.
 fn part_key(reports: &ReportsDoc, job: &str, n: u64) -> String {
     format!("{}_runs/{job}/part-{n:06}.json", reports.prefix)
+}
+
+/// Where the claim of part `n` of `job` is kept: the invocation checking it, until when.
+fn claim_key(reports: &ReportsDoc, job: &str, n: u64) -> String {
+    format!("{}_runs/{job}/part-{n:06}.claim", reports.prefix)
+}
+
+/// The longest a part's check may hold its claim: a Lambda invocation's limit, plus the
+/// lease margin of object claims.
+const PART_LEASE_MS: i64 = 15 * 60 * 1000 + 30_000;
+
+/// A part's claim, as stored.
+#[derive(Debug, Serialize, Deserialize)]
+struct PartClaim {
+    run_id: String,
+    lease_until: i64,
+}
+
+/// Take part `part`'s claim for this invocation: `Ok(None)` when it is ours (new, ours
+/// already, or taken over from a claimant whose lease ran out), `Ok(Some(claim))` when another
+/// live check holds it. Conditional writes (create if absent, replace at the ETag read), so
+/// two deliveries of a part's message never check it at once: the first check to finish
+/// would write the part's result, and a repair made meanwhile by the other would not be in it.
+async fn claim_part(
+    p: &Pipeline,
+    reports: &ReportsDoc,
+    part: &Part,
+    ctx: &RunContext,
+    stop_at_ms: i64,
+) -> Result<Option<PartClaim>> {
+    let now = p.clock.now_ms();
+    let key = claim_key(reports, &part.job, part.message);
+    let mine = PartClaim {
+        run_id: ctx.run_id.clone(),
+        lease_until: stop_at_ms.min(now.saturating_add(PART_LEASE_MS)),
+    };
+    let body = Bytes::from(serde_json::to_vec(&mine).unwrap_or_default());
+    let (key, body) = (&key, &body);
+    let put = |condition: WriteCondition| async move {
+        p.store
+            .put(
+                &reports.bucket,
+                key,
+                body.clone(),
+                &BTreeMap::new(),
+                &condition,
+            )
+            .await
+    };
+    if let PutOutcome::Written { .. } = put(WriteCondition::Absent).await? {
+        return Ok(None);
+    }
+    let (etag, held) = match p.store.get(&reports.bucket, key, None).await? {
+        GetOutcome::Found { meta, mut body } => {
+            let mut text = Vec::new();
+            body.read_to_end(&mut text)
+                .await
+                .map_err(|e| ProcessError::Internal(e.to_string()))?;
+            (meta.etag, serde_json::from_slice::<PartClaim>(&text).ok())
+        }
+        // Gone or replaced between the two calls: someone else is at it.
+        _ => {
+            return Ok(Some(PartClaim {
+                run_id: "(unknown)".into(),
+                lease_until: now,
+            }));
+        }
+    };
+    match held {
+        Some(h) if h.run_id == ctx.run_id => Ok(None),
+        Some(h) if h.lease_until > now => Ok(Some(h)),
+        // Its claimant died (or wrote garbage): take it over, if nobody else did first.
+        _ => match put(WriteCondition::Matches(etag)).await? {
+            PutOutcome::Written { .. } => Ok(None),
+            PutOutcome::PreconditionFailed => Ok(Some(PartClaim {
+                run_id: "(another taker)".into(),
+                lease_until: now,
+            })),
+        },
+    }
+}
+
+/// The result of part `part`, if a check wrote it.
+async fn part_result(
+    p: &Pipeline,
+    reports: &ReportsDoc,
+    part: &Part,
+) -> Result<Option<SourceReport>> {
+    let key = part_key(reports, &part.job, part.message);
+    match p.store.get(&reports.bucket, &key, None).await? {
+        GetOutcome::Found { mut body, .. } => {
+            let mut text = Vec::new();
+            body.read_to_end(&mut text)
+                .await
+                .map_err(|e| ProcessError::Internal(e.to_string()))?;
+            Ok(serde_json::from_slice(&text).ok())
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Cuts a window's listing into parts: a cut after every `size` window objects, confirmed
@@ -408,21 +507,37 @@ pub async fn check_part(
         start_after: part.after.clone(),
         through: part.through.clone(),
     };
-    // A part that runs out of time is incomplete, and so is the merged window (which then
-    // stays open): a part is one invocation's share (see `reconcile.part_objects`).
-    let result = reconcile_source(p, source, part.window, opts, ctx).await?;
-    let body = Bytes::from(serde_json::to_vec(&result).unwrap_or_default());
-    p.store
-        .put(
-            &reports.bucket,
-            &part_key(reports, &part.job, part.message),
-            body,
-            &BTreeMap::new(),
-            &WriteCondition::Absent,
-        )
-        .await?;
-    // A part checked again (a message delivered twice) finds its result written: the first
-    // one stands (the same range, checked moments apart).
+    // A part delivered again after its check wrote the result is not checked again: counted
+    // (once) and merged from what is written.
+    let result = match part_result(p, reports, part).await? {
+        Some(written) => written,
+        None => {
+            if let Some(held) = claim_part(p, reports, part, ctx, stop_at_ms).await? {
+                return Err(ProcessError::Internal(format!(
+                    "part {} of {} is being checked by {} until {}: its message comes back later",
+                    part.message,
+                    part.job,
+                    held.run_id,
+                    rfc3339(held.lease_until)
+                )));
+            }
+            // A part that runs out of time is incomplete, and so is the merged window (which
+            // then stays open): a part is one invocation's share (see
+            // `reconcile.part_objects`).
+            let result = reconcile_source(p, source, part.window, opts, ctx).await?;
+            let body = Bytes::from(serde_json::to_vec(&result).unwrap_or_default());
+            p.store
+                .put(
+                    &reports.bucket,
+                    &part_key(reports, &part.job, part.message),
+                    body,
+                    &BTreeMap::new(),
+                    &WriteCondition::Absent,
+                )
+                .await?;
+            result
+        }
+    };
     let counts = JobCounts {
         items: result.objects,
         ..JobCounts::default()

@@ -306,11 +306,13 @@ pub fn print_orphans(orphaned: &[Orphan], out: Out<'_>) -> Result<(), Error> {
 fn lag(s: &SourceStatus, now: i64) -> String {
     let waiting = s.oldest_waiting.as_ref().map(|w| duration(w.lag_ms));
     let silent = s.freshness.as_ref().filter(|f| f.breached).map(|f| {
-        let since = f.last_commit_ms.map_or("no commit".to_string(), |t| {
-            format!("silent {}", duration(now - t))
-        });
+        let what = match (f.rows, f.last_commit_ms) {
+            (0, Some(t)) => format!("silent {}", duration(now - t)),
+            (0, None) => "silent, no commit".to_string(),
+            _ => "too few rows".to_string(),
+        };
         format!(
-            "{since}: {} rows in {} (min {})",
+            "{what}: {} rows in {} (min {})",
             f.rows,
             duration(f.max_silence_ms),
             f.min_rows

@@ -82,11 +82,25 @@ async fn a_new_object_and_a_duplicate_cost_what_the_protocol_promises_however_mu
     let event = direct(vec![stack.upload_event("in/first.csv", &csv).await]);
     let r = stack.invoke(&pipeline, &event, "run-1").await;
     assert_eq!(r.summary.processed, 1);
+    // The first record of a source in a process also registers the source id (one PutItem
+    // per source and process; `Ledger::source_ids`); every later object costs the same 2.
+    assert_eq!(
+        requests.take(),
+        budget(&[
+            ("DynamoDB:PutItem", 3),
+            ("S3:GetObject", 1),
+            ("S3:PutObject", 1),
+        ]),
+        "the first new object of the process"
+    );
     let new_object = budget(&[
         ("DynamoDB:PutItem", 2),
         ("S3:GetObject", 1),
         ("S3:PutObject", 1),
     ]);
+    let (csv, _) = orders_csv(500, 20);
+    let second = direct(vec![stack.upload_event("in/second.csv", &csv).await]);
+    stack.invoke(&pipeline, &second, "run-1b").await;
     assert_eq!(requests.take(), new_object, "a new object");
 
     let r = stack.invoke(&pipeline, &event, "run-2").await;

@@ -49,9 +49,12 @@ use crate::schema::{ColumnSpec, ColumnType};
 /// The key of the lock record.
 pub const LOCK_KEY: &str = "mark";
 
+/// What [`lock_source_id`] appends to a source id.
+pub const LOCK_SUFFIX: &str = "~bookmark";
+
 /// The ledger source id of a source's lock record.
 pub fn lock_source_id(source_id: &str) -> String {
-    format!("{source_id}~bookmark")
+    format!("{source_id}{LOCK_SUFFIX}")
 }
 
 /// Encoded late-rows output kept in memory at most, beyond which the object fails

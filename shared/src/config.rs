@@ -571,6 +571,22 @@ impl Config {
     pub fn route<'a>(&'a self, bucket: &'a str, key: &'a str) -> impl Iterator<Item = &'a Source> {
         self.sources.iter().filter(move |s| s.matches(bucket, key))
     }
+    /// The ledger's source ids (`ids`, from [`crate::ports::Ledger::source_ids`]) that this
+    /// document does not name, sorted and once each: state a renamed or removed source left
+    /// behind. A row-level bookmark's lock id counts as its source's.
+    pub fn orphaned_ids(&self, ids: impl IntoIterator<Item = String>) -> Vec<String> {
+        let mut orphaned: Vec<String> = ids
+            .into_iter()
+            .map(|id| match id.strip_suffix(crate::bookmark::LOCK_SUFFIX) {
+                Some(base) => base.to_string(),
+                None => id,
+            })
+            .filter(|id| self.source(id).is_none())
+            .collect();
+        orphaned.sort();
+        orphaned.dedup();
+        orphaned
+    }
 
     /// The source with this id.
     pub fn source(&self, source_id: &str) -> Option<&Source> {

@@ -308,18 +308,14 @@ pub async fn warn_orphaned_sources(p: &Pipeline) -> Vec<String> {
             return Vec::new();
         }
     };
-    let mut orphaned: Vec<String> = Vec::new();
-    for id in ids {
-        let base = id.strip_suffix("~bookmark").unwrap_or(&id).to_string();
-        if p.config.source(&base).is_none() && !orphaned.contains(&base) {
-            tracing::warn!(
-                source_id = %base,
-                "the ledger holds records of source {base:?}, which the sources document does \
-                 not name: if it was renamed, `tidemark rename-source {base} NEW` moves them \
-                 (objects of NEW are processed again until then)"
-            );
-            orphaned.push(base);
-        }
+    let orphaned = p.config.orphaned_ids(ids);
+    for base in &orphaned {
+        tracing::warn!(
+            source_id = %base,
+            "the ledger holds records of source {base:?}, which the sources document does \
+             not name: if it was renamed, `tidemark rename-source {base} NEW` moves them \
+             (objects of NEW are processed again until then)"
+        );
     }
     orphaned
 }

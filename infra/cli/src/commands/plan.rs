@@ -139,12 +139,7 @@ pub async fn plan(backend: &Backend) -> Result<Plan, Error> {
     // The ledger's ids the document lacks, and their committed keys.
     let mut orphaned = Vec::new();
     let mut orphan_keys: BTreeMap<String, BTreeSet<String>> = BTreeMap::new(); // key -> ids
-    let mut seen = BTreeSet::new();
-    for id in p.ledger.source_ids().await? {
-        let base = id.strip_suffix("~bookmark").unwrap_or(&id).to_string();
-        if config.source(&base).is_some() || !seen.insert(base.clone()) {
-            continue;
-        }
+    for base in config.orphaned_ids(p.ledger.source_ids().await?) {
         let records = p.ledger.list(&base).await?;
         if records.is_empty() {
             continue;

@@ -227,13 +227,7 @@ pub struct Orphan {
 /// bookmark's lock id counts as its source's).
 pub async fn orphans(backend: &Backend) -> Result<Vec<Orphan>, Error> {
     let ledger = &backend.pipeline.ledger;
-    let mut ids: Vec<String> = Vec::new();
-    for id in ledger.source_ids().await? {
-        let base = id.strip_suffix("~bookmark").unwrap_or(&id).to_string();
-        if backend.config().source(&base).is_none() && !ids.contains(&base) {
-            ids.push(base);
-        }
-    }
+    let ids = backend.config().orphaned_ids(ledger.source_ids().await?);
     let mut found = Vec::new();
     for id in ids {
         let records = ledger.list(&id).await?;

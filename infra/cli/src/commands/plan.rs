@@ -113,26 +113,13 @@ pub async fn plan(backend: &Backend) -> Result<Plan, Error> {
     let mut matched: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new(); // id -> (key, etag)
     let mut takers: BTreeMap<(String, String), Vec<String>> = BTreeMap::new(); // (bucket, key) -> ids
     for source in &config.sources {
-        let mut token = None;
         let mut objects = Vec::new();
-        loop {
-            let page = p
-                .store
-                .list(&source.doc.bucket, &source.doc.prefix, token.as_deref())
-                .await?;
-            for o in page.objects {
-                if source.matches(&source.doc.bucket, &o.key) {
-                    takers
-                        .entry((source.doc.bucket.clone(), o.key.clone()))
-                        .or_default()
-                        .push(source.id().to_string());
-                    objects.push((o.key, o.etag));
-                }
-            }
-            match page.next {
-                Some(next) => token = Some(next),
-                None => break,
-            }
+        for o in super::run::list_objects(p, source, None, None, None).await? {
+            takers
+                .entry((source.doc.bucket.clone(), o.key.clone()))
+                .or_default()
+                .push(source.id().to_string());
+            objects.push((o.key, o.etag));
         }
         matched.insert(source.id().to_string(), objects);
     }

@@ -278,6 +278,33 @@ pub struct OutputDoc {
     /// Partitioning of output keys.
     #[serde(default)]
     pub partitioning: Partitioning,
+    /// Publish the outputs as a table (a Delta Lake table whose root is
+    /// `s3://<bucket>/<prefix>`), instead of loose files only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<TableDoc>,
+}
+
+/// A source's outputs published as a table (`output.table`).
+///
+/// The table's root is the output location (`s3://<bucket>/<prefix>`); with
+/// `partitioning: "key_date"` it is partitioned by the string column `dt`. Output files are
+/// immutable: each attempt writes a new name carrying the source version, the ingest path
+/// never deletes or overwrites one, and the committer (`functions/publish`) turns the
+/// ledger's commits into table commits (Add for the new file, Remove for the one it replaces
+/// or for a deleted object). Unreferenced files are removed by the table's VACUUM only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableDoc {
+    /// The table format: `"delta"`.
+    pub format: TableFormat,
+}
+
+/// Table formats the committer writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TableFormat {
+    /// Delta Lake (reader version 1, writer version 2).
+    Delta,
 }
 
 /// What happens to outputs when their source object is deleted.
@@ -740,6 +767,12 @@ impl Source {
         if let Some(b) = &doc.bookmark {
             crate::bookmark::validate(b, &doc.schema, at)?;
         }
+        if doc.output.table.is_some() && doc.bookmark.is_some() {
+            return Err(invalid(
+                format!("{at}.output.table"),
+                "a table is not available for a source with bookmark keys yet (its outputs are per version and kept, not replaced)",
+            ));
+        }
         if doc.on_bad_row == OnBadRow::Reject {
             if doc.format.is_typed() {
                 return Err(invalid(
@@ -875,6 +908,44 @@ impl Source {
         format!("{}{partition}{rel}.parquet", self.doc.output.prefix)
     }
 
+    /// The table the outputs are published to, if any.
+    pub fn table(&self) -> Option<&TableDoc> {
+        self.doc.output.table.as_ref()
+    }
+
+    /// The output of one attempt at a version of `key` for a source with a table:
+    /// `<prefix>[dt=…/]<name>-<MD5 of the key>-<hash of version and claim>.parquet`, where
+    /// `<name>` is the key relative to the source prefix with every byte outside
+    /// `[A-Za-z0-9._-]` made `_` (at most 80 bytes). Every attempt writes a name of its own, so
+    /// no file a table snapshot references is ever overwritten; the committer finds the files
+    /// of a key by its hash ([`table_key_hash`]).
+    pub fn table_output_key(&self, key: &str, version: &str, claim: &str) -> String {
+        let out = self.output_key(key);
+        let (dir, _) = out.rsplit_once('/').unwrap_or(("", &out));
+        let dir = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let rel = key.strip_prefix(self.doc.prefix.as_str()).unwrap_or(key);
+        let mut name: String = rel
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"._-".contains(&b) {
+                    b as char
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        name.truncate(80);
+        format!(
+            "{dir}{name}-{}-{:016x}.parquet",
+            table_key_hash(key),
+            fnv1a(&format!("{version}\n{claim}"))
+        )
+    }
+
     /// The rejects file of source key `key` (policy `on_bad_row: reject`): its output key
     /// under `<output prefix>_rejects/`, ending `.jsonl` for `.parquet` (query engines skip
     /// folders starting with `_`).
@@ -941,6 +1012,30 @@ fn fingerprint(doc: &SourceDoc) -> String {
         fnv1a(&schema.to_string()),
         fnv1a(&settings.to_string())
     )
+}
+
+/// The hash of a source key inside the names of its table outputs (the key's MD5, 32 hex
+/// digits: 128 bits, so that no two keys of a table share one), by which the committer finds
+/// the files of a key in a table snapshot.
+pub fn table_key_hash(key: &str) -> String {
+    use md5::Digest;
+    md5::Md5::digest(key.as_bytes())
+        .iter()
+        .fold(String::with_capacity(32), |mut s, b| {
+            use std::fmt::Write;
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// The source key hash in a table output's file name, if it is one
+/// ([`Source::table_output_key`]).
+pub fn table_key_hash_of(path: &str) -> Option<&str> {
+    let name = path.rsplit('/').next()?.strip_suffix(".parquet")?;
+    let (rest, version) = name.rsplit_once('-')?;
+    let (_, key) = rest.rsplit_once('-')?;
+    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex(key, 32) && hex(version, 16)).then_some(key)
 }
 
 fn fnv1a(text: &str) -> u64 {

@@ -318,6 +318,17 @@ pub trait Ledger: JobStore + Send + Sync {
     /// it to leave out work, and the workers' claims decide.
     async fn get_many(&self, source_id: &str, keys: &[String]) -> Result<Vec<Record>, LedgerError>;
 
+    /// [`Ledger::get_many`] read strongly consistent: every write acknowledged before the call
+    /// is seen (what the table committer publishes from). On DynamoDB a BatchGetItem with
+    /// `ConsistentRead` (twice the read units of [`Ledger::get_many`]).
+    async fn get_many_latest(
+        &self,
+        source_id: &str,
+        keys: &[String],
+    ) -> Result<Vec<Record>, LedgerError> {
+        self.get_many(source_id, keys).await
+    }
+
     /// The records of a source whose keys are in `range`, ordered by key: what reconcile
     /// compares a window's listing with (one part of a window at a time), without reading
     /// the whole source. Eventually consistent on DynamoDB, like [`Ledger::list`].

@@ -492,8 +492,10 @@ impl Pipeline {
                         })
                         .await?;
                     // Outputs (and rejects file) of the replaced version that the new one
-                    // did not overwrite (a delete has already handled them by policy).
-                    if matches!(claimed, Target::Version(_)) {
+                    // did not overwrite (a delete has already handled them by policy). A
+                    // table's files are removed from the table by the committer and deleted
+                    // by its VACUUM, never here.
+                    if matches!(claimed, Target::Version(_)) && source.table().is_none() {
                         for old in old_files.iter().filter(|o| {
                             !new_files
                                 .iter()
@@ -752,7 +754,7 @@ impl Pipeline {
         key: &str,
         record: &Record,
         target: &Target,
-        _token: &str,
+        token: &str,
         ctx: &RunContext,
     ) -> Result<Work> {
         self.faults.check(Step::AfterClaim, key)?;
@@ -766,8 +768,13 @@ impl Pipeline {
                         .and_then(|c| c.files().find(|o| o.key == out_key))
                         .map(|o| o.etag.clone())
                 };
+                // A table source's output is a new file per claim: nothing is there to replace.
                 let expected = (
-                    committed_etag(source.output_key(key)),
+                    source
+                        .table()
+                        .is_none()
+                        .then(|| committed_etag(source.output_key(key)))
+                        .flatten(),
                     committed_etag(source.rejects_key(key)),
                 );
                 let Some(Converted {
@@ -776,7 +783,7 @@ impl Pipeline {
                     output,
                     rejects,
                 }) = self
-                    .convert_version(source, key, v, expected, true, ctx)
+                    .convert_version(source, key, v, expected, Some(token), ctx)
                     .await?
                 else {
                     return Ok(Work::Release(
@@ -812,6 +819,17 @@ impl Pipeline {
                         previous.map(|c| c.outputs.clone()).unwrap_or_default(),
                         previous.and_then(|c| c.rejects.clone()),
                     ),
+                    // A table's files stay where they are: the committer removes them from the
+                    // table, and only the table's VACUUM deletes them (a reader of an older
+                    // snapshot may still be reading one). The rejects file is not in the table.
+                    OnDelete::Delete if source.table().is_some() => {
+                        if source.doc.on_bad_row == OnBadRow::Reject {
+                            self.store
+                                .delete(&source.doc.output.bucket, &source.rejects_key(key), None)
+                                .await?;
+                        }
+                        (Vec::new(), None)
+                    }
                     OnDelete::Delete => {
                         // We hold the claim, so the deterministic output keys are ours to
                         // delete, including leftovers of an attempt that never committed.
@@ -848,24 +866,37 @@ impl Pipeline {
 
     /// GET the version pinned to its ETag, convert it and write its output (and its rejects
     /// file). `expected` holds the ETags the ledger has for the output and the rejects file;
-    /// `tracked` is false for a write outside the ledger (see [`Guard::untracked`]). `None`
-    /// when the object is no longer that version.
+    /// `claim` is the token of the claim the write is made under, `None` for a write outside
+    /// the ledger (see [`Guard::untracked`]). `None` when the object is no longer that version.
     async fn convert_version(
         &self,
         source: &Source,
         key: &str,
         version: &VersionRef,
         (expected_output, expected_rejects): (Option<String>, Option<String>),
-        tracked: bool,
+        claim: Option<&str>,
         ctx: &RunContext,
     ) -> Result<Option<Converted>> {
         let bucket = &source.doc.bucket;
+        let tracked = claim.is_some();
+        let out_key = match (source.table(), claim) {
+            (None, _) => source.output_key(key),
+            (Some(_), Some(token)) => source.table_output_key(key, &version.version, token),
+            (Some(_), None) => {
+                return Err(ProcessError::Unsupported {
+                    source_id: source.id().to_string(),
+                    message: format!(
+                        "{key}: a source with a table is processed only through the ledger \
+                         (mode \"enable\"): a write outside it would never reach the table"
+                    ),
+                });
+            }
+        };
         let Some((version, body)) = self.get_pinned(source, key, version).await? else {
             return Ok(None);
         };
 
         let out_bucket = source.doc.output.bucket.clone();
-        let out_key = source.output_key(key);
         let metadata = output_metadata(source, key, &version, ctx);
         let spec = source.convert_spec(key);
         let untracked = (!tracked).then_some((bucket.as_str(), key));
@@ -1202,7 +1233,7 @@ impl Pipeline {
             return Ok(Outcome::Skipped(Skip::Duplicate));
         }
         match self
-            .convert_version(source, key, &version, (None, None), false, ctx)
+            .convert_version(source, key, &version, (None, None), None, ctx)
             .await
         {
             Ok(Some(converted)) => Ok(Outcome::Untracked {

@@ -817,6 +817,22 @@ impl Ledger for DynamoLedger {
             .collect()
     }
 
+    async fn get_many_latest(
+        &self,
+        source_id: &str,
+        keys: &[String],
+    ) -> Result<Vec<Record>, LedgerError> {
+        let pks = keys.iter().map(|k| pk(source_id, k)).collect();
+        self.batch_get(pks, true, source_id)
+            .await?
+            .into_iter()
+            .map(|item| {
+                let key = text(&item, "key").unwrap_or_default();
+                Self::from_item(source_id, &key, item)
+            })
+            .collect()
+    }
+
     async fn list_range(
         &self,
         source_id: &str,

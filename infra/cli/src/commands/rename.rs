@@ -116,7 +116,12 @@ pub async fn rename_source(backend: &Backend, from: &str, to: &str) -> Result<Re
         .filter_map(|r| {
             let output = r.committed.as_ref()?.outputs.first()?;
             let (bucket, key) = (&target.doc.output.bucket, target.output_key(&r.key));
-            (output.bucket != *bucket || output.key != key).then(|| {
+            // A table's files have a name per attempt: the table's root must be the same.
+            let same = match target.table() {
+                Some(_) => output.key.starts_with(&target.doc.output.prefix),
+                None => output.key == key,
+            };
+            (output.bucket != *bucket || !same).then(|| {
                 format!(
                     "{}: s3://{}/{} (NEW would write s3://{bucket}/{key})",
                     r.key, output.bucket, output.key

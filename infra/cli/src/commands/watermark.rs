@@ -196,6 +196,11 @@ async fn delete_outputs(
 
 /// The outputs (and rejects file) of `r` that a replay of its object would not overwrite.
 fn off_key_outputs(source: &Source, r: &Record) -> Vec<OutputRef> {
+    // A table's files leave the table through the committer (the forgotten record is no
+    // longer published) and the disk through VACUUM: a reader may still hold a snapshot.
+    if source.table().is_some() {
+        return Vec::new();
+    }
     let own = own_keys(source, &r.key);
     r.committed
         .iter()
@@ -276,6 +281,15 @@ pub async fn reset(backend: &Backend, args: &ResetArgs) -> Result<ChangeReport, 
             in_flight,
             ..SourceChange::default()
         };
+        if args.purge_outputs && source.table().is_some() {
+            return Err(format!(
+                "source {:?} publishes a table: --purge-outputs would delete files its snapshots \
+                 reference; reset without it (the committer removes the forgotten objects' files \
+                 from the table, and its VACUUM deletes them after the retention period)",
+                source.id()
+            )
+            .into());
+        }
         if !args.dry_run {
             let mut outputs: BTreeSet<(String, String)> = BTreeSet::new();
             if args.purge_outputs {

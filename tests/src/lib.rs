@@ -396,6 +396,11 @@ impl Backends {
         }
     }
 
+    /// The folder store's root (buckets are folders under it), for the embedded pair.
+    pub fn folder_root(&self) -> Option<std::path::PathBuf> {
+        self.dir.as_ref().map(|d| d.join("buckets"))
+    }
+
     /// The suite's sources document, with reports under `reports/` in the lake.
     pub fn config(&self) -> Arc<Config> {
         orders_config(&self.landing, &self.lake, 3, Some("reports/"))

@@ -1,0 +1,224 @@
+//! The Delta Lake side of the committer: where a source's table lives, opening (or creating)
+//! it, what its snapshot holds, and one commit attempt that never retries by itself.
+//!
+//! delta-rs retries a commit that lost the race itself (15 times, no backoff), checking it
+//! for conflicts against a read set of the whole table, and runs checkpoints and log cleanup
+//! after a commit unless told not to. Here a commit is made with `max_retries = 0` (a lost
+//! race comes back at once, the caller reloads, rebuilds its actions from the ledger and the
+//! new snapshot, and tries again after a jittered backoff), with checkpoints and log cleanup
+//! off: those belong to the single-writer maintenance job, never to the hot path.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
+use deltalake::kernel::{Action, DataType, StructField, Transaction};
+use deltalake::protocol::{DeltaOperation, OutputMode};
+use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
+use tidemark::config::{Partitioning, Source};
+use tidemark::schema::ColumnType;
+use url::Url;
+
+/// The partition column of a table whose source partitions its outputs by key date.
+pub const DATE_PARTITION: &str = "dt";
+
+/// Where tables live: the local folders of the embedded backends (bucket = a folder under
+/// `root`), or S3 (with the storage options the Delta S3 store reads, e.g. an endpoint).
+#[derive(Debug, Clone)]
+pub enum TableStore {
+    /// `<root>/<bucket>/<prefix>`, as the folder store lays buckets out.
+    Local {
+        /// The folder store's root.
+        root: PathBuf,
+    },
+    /// `s3://<bucket>/<prefix>`.
+    S3 {
+        /// Options for the S3 store (`aws_endpoint_url`, `aws_allow_http`, …); empty on AWS.
+        options: HashMap<String, String>,
+    },
+}
+
+impl TableStore {
+    /// S3, configured from the environment the SDK clients read: an
+    /// `AWS_ENDPOINT_URL_S3` (or `AWS_ENDPOINT_URL`) becomes the store's endpoint, with path-
+    /// style requests and plain HTTP allowed when it is `http://`. Nothing else is needed on
+    /// AWS (region and credentials come from the environment).
+    pub fn s3_from_env() -> Self {
+        let mut options = HashMap::new();
+        let endpoint = std::env::var("AWS_ENDPOINT_URL_S3")
+            .or_else(|_| std::env::var("AWS_ENDPOINT_URL"))
+            .ok();
+        if let Some(endpoint) = endpoint {
+            if endpoint.starts_with("http://") {
+                options.insert("aws_allow_http".into(), "true".into());
+            }
+            options.insert("aws_endpoint_url".into(), endpoint);
+            options.insert("aws_virtual_hosted_style_request".into(), "false".into());
+        }
+        Self::S3 { options }
+    }
+
+    /// The table root of `source`: its output bucket and prefix.
+    pub fn url(&self, source: &Source) -> Result<Url, DeltaTableError> {
+        let out = &source.doc.output;
+        let prefix = out.prefix.trim_end_matches('/');
+        let url = match self {
+            Self::Local { root } => {
+                let dir = root.join(&out.bucket).join(prefix);
+                Url::from_directory_path(&dir).map_err(|()| {
+                    DeltaTableError::Generic(format!("{} is not an absolute path", dir.display()))
+                })?
+            }
+            Self::S3 { .. } => Url::parse(&format!("s3://{}/{prefix}/", out.bucket))
+                .map_err(|e| DeltaTableError::Generic(e.to_string()))?,
+        };
+        Ok(url)
+    }
+
+    fn options(&self) -> HashMap<String, String> {
+        match self {
+            Self::Local { .. } => HashMap::new(),
+            Self::S3 { options } => options.clone(),
+        }
+    }
+}
+
+/// Make the Delta S3 store known to the table builder (once per process).
+pub fn register_s3() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| deltalake::aws::register_handlers(None));
+}
+
+/// The table of `source`, loaded at its latest version; created (version 0: the schema, the
+/// partition column) when there is none yet. Creation races are settled by the log: whoever
+/// writes version 0 first made the table, the other loads it.
+pub async fn open(store: &TableStore, source: &Source) -> Result<DeltaTable, DeltaTableError> {
+    register_s3();
+    let url = store.url(source)?;
+    if let Some(table) = load(store, &url).await? {
+        return Ok(table);
+    }
+    let table = DeltaTableBuilder::from_url(url.clone())?
+        .with_storage_options(store.options())
+        .build()?;
+    let mut create = table
+        .create()
+        .with_table_name(source.id())
+        .with_comment(format!(
+            "tidemark source {:?}: s3://{}/{} published from the ledger",
+            source.id(),
+            source.doc.bucket,
+            source.doc.prefix
+        ))
+        .with_columns(columns(source)?)
+        .with_save_mode(deltalake::protocol::SaveMode::ErrorIfExists)
+        .with_commit_properties(quiet(CommitProperties::default()));
+    if source.doc.output.partitioning == Partitioning::KeyDate {
+        create = create.with_partition_columns([DATE_PARTITION]);
+    }
+    match create.await {
+        Ok(table) => Ok(table),
+        Err(created) => match load(store, &url).await? {
+            Some(table) => Ok(table),
+            None => Err(created),
+        },
+    }
+}
+
+async fn load(store: &TableStore, url: &Url) -> Result<Option<DeltaTable>, DeltaTableError> {
+    let mut table = DeltaTableBuilder::from_url(url.clone())?
+        .with_storage_options(store.options())
+        .build()?;
+    match table.load().await {
+        Ok(()) => Ok(Some(table)),
+        Err(DeltaTableError::NotATable(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The table's columns: the source's schema (and `dt` when partitioned by key date).
+fn columns(source: &Source) -> Result<Vec<StructField>, DeltaTableError> {
+    let mut fields = Vec::with_capacity(source.doc.schema.len() + 1);
+    for c in &source.doc.schema {
+        let ty = match c.ty {
+            ColumnType::Int32 => DataType::INTEGER,
+            ColumnType::Int64 => DataType::LONG,
+            ColumnType::Float32 => DataType::FLOAT,
+            ColumnType::Float64 => DataType::DOUBLE,
+            ColumnType::Decimal { precision, scale } => {
+                let scale = u8::try_from(scale).map_err(|_| {
+                    DeltaTableError::Generic(format!("{}: a negative decimal scale", c.name))
+                })?;
+                DataType::decimal(precision, scale)?
+            }
+            ColumnType::String => DataType::STRING,
+            ColumnType::Bool => DataType::BOOLEAN,
+            ColumnType::Date => DataType::DATE,
+            ColumnType::Timestamp => DataType::TIMESTAMP,
+        };
+        fields.push(StructField::new(c.name.clone(), ty, c.nullable));
+    }
+    if source.doc.output.partitioning == Partitioning::KeyDate {
+        fields.push(StructField::new(DATE_PARTITION, DataType::STRING, true));
+    }
+    Ok(fields)
+}
+
+/// No checkpoint, no log cleanup, no retry inside delta-rs.
+fn quiet(props: CommitProperties) -> CommitProperties {
+    props
+        .with_create_checkpoint(false)
+        .with_cleanup_expired_logs(Some(false))
+        .with_max_retries(0)
+}
+
+/// The application id of the committer's transactions on `source`'s table.
+pub fn app_id(source: &Source) -> String {
+    format!("tidemark:{}", source.id())
+}
+
+/// The outcome of one commit attempt.
+pub enum Attempt {
+    /// Committed as this table version.
+    Committed(i64),
+    /// Another writer committed first: reload and rebuild.
+    Lost,
+}
+
+/// One attempt to commit `actions` on top of the loaded snapshot of `table`, with the
+/// committer's transaction `txn_version` for `source`.
+pub async fn commit(
+    table: &DeltaTable,
+    source: &Source,
+    actions: Vec<Action>,
+    txn_version: i64,
+    now_ms: i64,
+    metadata: serde_json::Map<String, serde_json::Value>,
+) -> Result<Attempt, DeltaTableError> {
+    let snapshot = table.snapshot()?;
+    let app_id = app_id(source);
+    let props = quiet(CommitProperties::default())
+        .with_application_transaction(Transaction::new_with_last_update(
+            &app_id,
+            txn_version,
+            Some(now_ms),
+        ))
+        .with_metadata(metadata);
+    let operation = DeltaOperation::StreamingUpdate {
+        output_mode: OutputMode::Update,
+        query_id: app_id,
+        epoch_id: txn_version,
+    };
+    let committed = CommitBuilder::from(props)
+        .with_actions(actions)
+        .build(Some(snapshot), table.log_store(), operation)
+        .await;
+    match committed {
+        Ok(done) => Ok(Attempt::Committed(done.version() as i64)),
+        Err(DeltaTableError::Transaction {
+            source:
+                TransactionError::MaxCommitAttempts(_) | TransactionError::VersionAlreadyExists(_),
+        }) => Ok(Attempt::Lost),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,549 @@
+//! The table committer: publishes what the ledger committed into each source's Delta Lake
+//! table (`output.table`), many objects per table commit, exactly.
+//!
+//! # What a publish does
+//! A publish is given a source and the keys whose records changed (from the ledger's change
+//! feed: DynamoDB Streams, see [`stream`]), or asked to compare the whole source (a sweep:
+//! the embedded backends, a repair, a first publish of an existing lake). It
+//! 1. loads the table's latest snapshot (creating the table on first use);
+//! 2. reads the keys' records **strongly consistent** from the ledger (a sweep lists the
+//!    source, then re-reads consistently every key that differs);
+//! 3. computes, per key, the files the table must hold (the committed outputs of the record;
+//!    none for a deleted or forgotten object) against the files it holds (found by the key's
+//!    hash in their names), giving Add actions (with the row count and statistics read from
+//!    each new file's footer) and Remove actions (the replaced or deleted version's file);
+//! 4. commits them in one table version, with the application transaction
+//!    `tidemark:<source_id>` at the next version (read from the snapshot before every
+//!    attempt), or nothing at all when the table already matches.
+//!
+//! A commit that loses the race to another writer is rebuilt from step 1 after a jittered
+//! backoff. Because every attempt derives its actions from the ledger's current state and
+//! the table's current snapshot, a publish repeated after a crash at any step (before the
+//! commit, after it, before the change feed is acknowledged) finds nothing left to do: no
+//! object is published twice, and a replace (Remove + Add) lands in one version, so a reader
+//! sees the old rows or the new ones, never both or neither. The ledger stays the truth: the
+//! table can be rebuilt from it.
+//!
+//! Checkpoints, log cleanup, VACUUM and compaction are not done here (see the README).
+
+pub mod delta;
+pub mod stats;
+pub mod stream;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use deltalake::kernel::{Action, Add, Remove};
+use deltalake::{DeltaTable, DeltaTableError};
+use serde::Serialize;
+use tidemark::config::{Config, Partitioning, Source, table_key_hash, table_key_hash_of};
+use tidemark::error::LedgerError;
+use tidemark::model::Record;
+use tidemark::ports::{Clock, Ledger, ObjectStore};
+use tidemark::reconcile::outputs::{Read, read_footer};
+use tracing::{info, warn};
+
+pub use delta::TableStore;
+
+/// A step of a publish, where a test can stop it as a crash would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The table's snapshot is loaded.
+    Loaded,
+    /// The records are read and the actions built (footers read).
+    Planned,
+    /// The commit landed; nothing after it ran (the change feed is not acknowledged).
+    Committed,
+}
+
+/// Injected failures (tests); the default injects none.
+pub trait Faults: Send + Sync {
+    /// Fail at `step` of a publish of `source_id`.
+    fn check(&self, step: Step, source_id: &str) -> Result<(), PublishError>;
+}
+
+/// No failures.
+#[derive(Debug, Default)]
+pub struct NoFaults;
+
+impl Faults for NoFaults {
+    fn check(&self, _: Step, _: &str) -> Result<(), PublishError> {
+        Ok(())
+    }
+}
+
+/// Why a publish did not complete. Every one is retryable: nothing is half done.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The source is not in the document, or publishes no table.
+    #[error("source {0:?} publishes no table (no output.table in the sources document)")]
+    NoTable(String),
+    /// The table could not be read or written.
+    #[error("table of source {source_id:?}: {error}")]
+    Table {
+        /// The source.
+        source_id: String,
+        /// What delta-rs said.
+        error: DeltaTableError,
+    },
+    /// The ledger could not be read.
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    /// A committed output could not be read (missing, changed, not Parquet).
+    #[error("source {source_id:?}, object {key:?}: output {output}: {message}")]
+    Output {
+        /// The source.
+        source_id: String,
+        /// The source key.
+        key: String,
+        /// `s3://bucket/key` of the output.
+        output: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Other writers kept committing first.
+    #[error("source {source_id:?}: {attempts} commit attempts lost to other writers")]
+    Contended {
+        /// The source.
+        source_id: String,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// A failure injected by a test.
+    #[error("stopped at {0:?} (injected)")]
+    Crashed(Step),
+}
+
+/// Tunables of the commit loop.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Commit attempts before giving up (the change feed delivers the batch again).
+    pub max_attempts: u32,
+    /// First backoff after a lost commit; doubled per attempt, full jitter.
+    pub backoff_base: Duration,
+    /// Longest backoff.
+    pub backoff_max: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            max_attempts: 12,
+            backoff_base: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What one publish did.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Published {
+    /// The source.
+    pub source_id: String,
+    /// The table version this publish committed, `None` when the table already matched.
+    pub committed: Option<i64>,
+    /// The table's version when the publish ended.
+    pub table_version: i64,
+    /// The committer's transaction version on the table after the publish (`None`: never).
+    pub txn_version: Option<i64>,
+    /// Files added and removed by the commit.
+    pub added: usize,
+    /// Files removed by the commit.
+    pub removed: usize,
+    /// Keys compared.
+    pub keys: usize,
+    /// Commit attempts (1 when no other writer interfered).
+    pub attempts: u32,
+}
+
+/// The committer: the ledger and lake of a deployment, and where its tables live.
+pub struct Publisher {
+    /// The sources document.
+    pub config: Arc<Config>,
+    /// The ledger (the truth the tables are published from).
+    pub ledger: Arc<dyn Ledger>,
+    /// The object store the outputs are read from (footers).
+    pub store: Arc<dyn ObjectStore>,
+    /// Where the tables live, as delta-rs reaches them.
+    pub tables: TableStore,
+    /// The clock (modification times, transaction times).
+    pub clock: Arc<dyn Clock>,
+    /// Injected failures.
+    pub faults: Arc<dyn Faults>,
+    /// The commit loop's tunables.
+    pub settings: Settings,
+}
+
+/// What a publish compares.
+enum Scope<'a> {
+    Keys(&'a [String]),
+    All,
+}
+
+/// The actions of one commit, before statistics.
+#[derive(Default)]
+struct Plan {
+    /// (source key, output key, committed at) of each file to add.
+    adds: Vec<(String, String, i64)>,
+    /// Files to remove, by path.
+    removes: BTreeMap<String, Remove>,
+    keys: usize,
+}
+
+impl Publisher {
+    /// A publisher with the default settings and no injected failures.
+    pub fn new(
+        config: Arc<Config>,
+        ledger: Arc<dyn Ledger>,
+        store: Arc<dyn ObjectStore>,
+        tables: TableStore,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            config,
+            ledger,
+            store,
+            tables,
+            clock,
+            faults: Arc::new(NoFaults),
+            settings: Settings::default(),
+        }
+    }
+
+    /// The sources that publish a table.
+    pub fn table_sources(&self) -> impl Iterator<Item = &Source> {
+        self.config.sources.iter().filter(|s| s.table().is_some())
+    }
+
+    fn source(&self, source_id: &str) -> Result<&Source, PublishError> {
+        self.table_sources()
+            .find(|s| s.id() == source_id)
+            .ok_or_else(|| PublishError::NoTable(source_id.to_string()))
+    }
+
+    /// Publish the current state of `keys` of `source_id` (keys whose records changed).
+    pub async fn publish_keys(
+        &self,
+        source_id: &str,
+        keys: &[String],
+    ) -> Result<Published, PublishError> {
+        let source = self.source(source_id)?;
+        self.publish(source, Scope::Keys(keys)).await
+    }
+
+    /// Compare every record of `source_id` with its table and publish the difference.
+    pub async fn publish_all(&self, source_id: &str) -> Result<Published, PublishError> {
+        let source = self.source(source_id)?;
+        self.publish(source, Scope::All).await
+    }
+
+    /// [`Publisher::publish_all`] for every source with a table, in document order.
+    pub async fn publish_every_source(&self) -> Vec<Result<Published, PublishError>> {
+        let mut out = Vec::new();
+        for s in self.table_sources() {
+            out.push(self.publish(s, Scope::All).await);
+        }
+        out
+    }
+
+    async fn publish(&self, source: &Source, scope: Scope<'_>) -> Result<Published, PublishError> {
+        let id = source.id();
+        let table_err = |error| PublishError::Table {
+            source_id: id.to_string(),
+            error,
+        };
+        let mut table = delta::open(&self.tables, source).await.map_err(table_err)?;
+        let mut footers: HashMap<String, (i64, String)> = HashMap::new();
+        let max = self.settings.max_attempts.max(1);
+        for attempt in 1..=max {
+            if attempt > 1 {
+                self.backoff(attempt).await;
+                table.update_state().await.map_err(table_err)?;
+            }
+            self.faults.check(Step::Loaded, id)?;
+            let active = active_files(&table).map_err(table_err)?;
+            let plan = self.plan(source, &scope, &active).await?;
+            let txn = table
+                .snapshot()
+                .map_err(table_err)?
+                .transaction_version(table.log_store().as_ref(), delta::app_id(source))
+                .await
+                .map_err(table_err)?;
+            let version = table.version().map_or(-1, |v| v as i64);
+            if plan.adds.is_empty() && plan.removes.is_empty() {
+                return Ok(Published {
+                    source_id: id.to_string(),
+                    committed: None,
+                    table_version: version,
+                    txn_version: txn,
+                    added: 0,
+                    removed: 0,
+                    keys: plan.keys,
+                    attempts: attempt,
+                });
+            }
+            let mut actions = Vec::with_capacity(plan.adds.len() + plan.removes.len());
+            for (key, out_key, committed_at) in &plan.adds {
+                if !footers.contains_key(out_key) {
+                    let footer = self.footer(source, key, out_key).await?;
+                    footers.insert(out_key.clone(), footer);
+                }
+                let (size, stats) = footers[out_key].clone();
+                let path = relative(source, out_key).expect("planned under the table root");
+                actions.push(Action::Add(Add {
+                    partition_values: partition_values(source, path),
+                    path: path.to_string(),
+                    size,
+                    modification_time: *committed_at,
+                    data_change: true,
+                    stats: Some(stats),
+                    ..Default::default()
+                }));
+            }
+            let (added, removed) = (plan.adds.len(), plan.removes.len());
+            actions.extend(plan.removes.into_values().map(Action::Remove));
+            self.faults.check(Step::Planned, id)?;
+            let next_txn = txn.unwrap_or(-1) + 1;
+            let metadata = serde_json::Map::from_iter([
+                ("tidemark.source_id".to_string(), id.into()),
+                ("tidemark.objects_added".to_string(), added.into()),
+                ("tidemark.files_removed".to_string(), removed.into()),
+            ]);
+            let now = self.clock.now_ms();
+            match delta::commit(&table, source, actions, next_txn, now, metadata)
+                .await
+                .map_err(table_err)?
+            {
+                delta::Attempt::Committed(v) => {
+                    info!(
+                        source_id = id,
+                        version = v,
+                        added,
+                        removed,
+                        txn = next_txn,
+                        attempt,
+                        "published"
+                    );
+                    self.faults.check(Step::Committed, id)?;
+                    return Ok(Published {
+                        source_id: id.to_string(),
+                        committed: Some(v),
+                        table_version: v,
+                        txn_version: Some(next_txn),
+                        added,
+                        removed,
+                        keys: plan.keys,
+                        attempts: attempt,
+                    });
+                }
+                delta::Attempt::Lost => {
+                    warn!(
+                        source_id = id,
+                        attempt, "another writer committed first; reloading"
+                    );
+                }
+            }
+        }
+        Err(PublishError::Contended {
+            source_id: id.to_string(),
+            attempts: max,
+        })
+    }
+
+    /// Full jitter: a random wait up to `base × 2^(attempt-2)`, capped.
+    async fn backoff(&self, attempt: u32) {
+        let cap = self
+            .settings
+            .backoff_base
+            .saturating_mul(1 << (attempt - 2).min(16))
+            .min(self.settings.backoff_max);
+        let random = (uuid::Uuid::new_v4().as_u128() % 1_000_000) as u32;
+        tokio::time::sleep(cap.mul_f64(f64::from(random) / 1_000_000.0)).await;
+    }
+
+    /// The actions that bring the table's files for `scope` to the ledger's current state.
+    async fn plan(
+        &self,
+        source: &Source,
+        scope: &Scope<'_>,
+        active: &BTreeMap<String, Remove>,
+    ) -> Result<Plan, PublishError> {
+        let id = source.id();
+        let keys: Vec<String> = match scope {
+            Scope::Keys(keys) => keys
+                .iter()
+                .cloned()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect(),
+            Scope::All => {
+                // The listing is eventually consistent: it only picks the keys to look at,
+                // and those are read again consistently before anything is decided.
+                let listed = self.ledger.list(id).await?;
+                let mut by_hash: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
+                for path in active.keys() {
+                    if let Some(h) = table_key_hash_of(path) {
+                        by_hash.entry(h).or_default().push(path);
+                    }
+                }
+                let mut differ = Vec::new();
+                let mut seen_hashes = BTreeSet::new();
+                for r in &listed {
+                    let hash = table_key_hash(&r.key);
+                    let want = desired(source, Some(r));
+                    let have: BTreeSet<&String> = by_hash
+                        .get(hash.as_str())
+                        .into_iter()
+                        .flatten()
+                        .copied()
+                        .chain(legacy(source, &r.key, active))
+                        .collect();
+                    let want_paths: BTreeSet<&str> =
+                        want.iter().map(|(_, p, _)| p.as_str()).collect();
+                    if have.iter().map(|p| p.as_str()).collect::<BTreeSet<_>>() != want_paths {
+                        differ.push(r.key.clone());
+                    }
+                    seen_hashes.insert(hash);
+                }
+                let mut plan = self.plan_keys(source, &differ, active).await?;
+                // Files of keys the ledger no longer has (forgotten): out of the table.
+                for (hash, paths) in &by_hash {
+                    if !seen_hashes.contains(*hash) {
+                        for p in paths {
+                            plan.removes.insert((*p).clone(), active[*p].clone());
+                        }
+                    }
+                }
+                plan.keys = listed.len();
+                return Ok(plan);
+            }
+        };
+        self.plan_keys(source, &keys, active).await
+    }
+
+    async fn plan_keys(
+        &self,
+        source: &Source,
+        keys: &[String],
+        active: &BTreeMap<String, Remove>,
+    ) -> Result<Plan, PublishError> {
+        let mut plan = Plan {
+            keys: keys.len(),
+            ..Plan::default()
+        };
+        let mut records: HashMap<String, Record> = HashMap::new();
+        for chunk in keys.chunks(100) {
+            for r in self.ledger.get_many_latest(source.id(), chunk).await? {
+                records.insert(r.key.clone(), r);
+            }
+        }
+        for key in keys {
+            let want = desired(source, records.get(key));
+            let hash = table_key_hash(key);
+            let have: BTreeSet<&String> = active
+                .keys()
+                .filter(|p| table_key_hash_of(p) == Some(hash.as_str()))
+                .chain(legacy(source, key, active))
+                .collect();
+            for (out_key, path, at) in &want {
+                if !active.contains_key(path) {
+                    plan.adds.push((key.clone(), out_key.clone(), *at));
+                }
+            }
+            for path in have {
+                if !want.iter().any(|(_, p, _)| p == path) {
+                    plan.removes.insert(path.clone(), active[path].clone());
+                }
+            }
+        }
+        Ok(plan)
+    }
+
+    /// The size and statistics of an output, from its footer.
+    async fn footer(
+        &self,
+        source: &Source,
+        key: &str,
+        out_key: &str,
+    ) -> Result<(i64, String), PublishError> {
+        let bucket = &source.doc.output.bucket;
+        let fail = |message: String| PublishError::Output {
+            source_id: source.id().to_string(),
+            key: key.to_string(),
+            output: format!("s3://{bucket}/{out_key}"),
+            message,
+        };
+        match read_footer(self.store.as_ref(), bucket, out_key, None).await {
+            Ok(Read::Found(f)) => Ok((
+                i64::try_from(f.size).unwrap_or(i64::MAX),
+                stats::file_stats(&f.metadata, &source.doc.schema),
+            )),
+            Ok(Read::NotFound) => Err(fail(
+                "the ledger's committed output is missing: not published (reconcile repairs it)"
+                    .into(),
+            )),
+            Ok(Read::Changed) => Err(fail("changed while read".into())),
+            Err(e) => Err(fail(e.to_string())),
+        }
+    }
+}
+
+/// The table's files, by path, each with the Remove action that would take it out.
+fn active_files(table: &DeltaTable) -> Result<BTreeMap<String, Remove>, DeltaTableError> {
+    Ok(table
+        .snapshot()?
+        .log_data()
+        .iter()
+        .map(|f| (f.path().into_owned(), f.remove_action(true)))
+        .collect())
+}
+
+/// The files the table must hold for a record: `(output key, path in the table, committed
+/// at)` of each committed Parquet output under the table root.
+fn desired(source: &Source, record: Option<&Record>) -> Vec<(String, String, i64)> {
+    let Some(c) = record.and_then(|r| r.committed.as_ref()) else {
+        return Vec::new();
+    };
+    c.outputs
+        .iter()
+        .filter(|o| o.bucket == source.doc.output.bucket)
+        .filter_map(|o| {
+            let path = relative(source, &o.key)?;
+            Some((o.key.clone(), path.to_string(), c.committed_at))
+        })
+        .collect()
+}
+
+/// The file a source wrote for `key` before it had a table (its deterministic output key),
+/// when the table holds it.
+fn legacy<'a>(
+    source: &Source,
+    key: &str,
+    active: &'a BTreeMap<String, Remove>,
+) -> Option<&'a String> {
+    let out = source.output_key(key);
+    let path = relative(source, &out)?;
+    active.get_key_value(path).map(|(k, _)| k)
+}
+
+/// An output key relative to the table root (the output prefix).
+fn relative<'a>(source: &Source, out_key: &'a str) -> Option<&'a str> {
+    out_key
+        .strip_prefix(source.doc.output.prefix.as_str())
+        .filter(|p| !p.is_empty())
+}
+
+/// Partition values of a file: `dt` from its `dt=…/` folder when partitioned by key date.
+fn partition_values(source: &Source, path: &str) -> HashMap<String, Option<String>> {
+    if source.doc.output.partitioning != Partitioning::KeyDate {
+        return HashMap::new();
+    }
+    let value = path
+        .split('/')
+        .next()
+        .and_then(|d| d.strip_prefix("dt="))
+        .filter(|v| *v != "__HIVE_DEFAULT_PARTITION__")
+        .map(str::to_string);
+    HashMap::from([(delta::DATE_PARTITION.to_string(), value)])
+}

@@ -6,7 +6,8 @@
 #
 # Steps, in order; the first failure stops the run with a non-zero exit:
 #   1. local stack   infra/localstack.sh start (DynamoDB Local + moto S3; installs
-#                    them into .local/ on first use), then sources .local/stack.env
+#                    them into .local/ on first use), then sources .local/stack.env;
+#                    the Delta table reader (Python deltalake) into .local/venv-readers
 #   2. template      cfn-lint template.yaml, checkov (security scan), sam validate --lint
 #                    when the SAM CLI can be installed, and the template invariants
 #                    (pytest infra/deploy/test_template.py); installs the tools on first use
@@ -61,7 +62,21 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# The independent table reader of the Delta suites: the `deltalake` Python package (and
+# pyarrow), in a venv of their own (tests/tests/delta_table.rs finds it there).
+readers_venv() {
+    local venv="$ROOT/.local/venv-readers"
+    "$venv/bin/python" -c 'import deltalake, pyarrow' >/dev/null 2>&1 && return 0
+    if [[ ! -x "$venv/bin/python" ]]; then
+        python3 -m venv "$venv" || return
+    fi
+    echo "installing deltalake and pyarrow into ${venv#"$ROOT/"}"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check deltalake pyarrow || return
+    "$venv/bin/python" -c 'import deltalake, pyarrow'
+}
+
 start_stack() {
+    readers_venv || return
     if ! bash "$LOCALSTACK" env >/dev/null 2>&1; then
         STOP_STACK=1 # we start it, so we stop it
     fi

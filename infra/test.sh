@@ -71,7 +71,7 @@ readers_venv() {
         python3 -m venv "$venv" || return
     fi
     echo "installing deltalake and pyarrow into ${venv#"$ROOT/"}"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check deltalake pyarrow || return
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "deltalake>=1.6,<2" "pyarrow>=20" || return
     "$venv/bin/python" -c 'import deltalake, pyarrow'
 }
 

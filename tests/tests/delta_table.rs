@@ -592,3 +592,125 @@ async fn a_polling_reader_never_sees_rows_twice_or_missing_aws() {
 async fn a_polling_reader_never_sees_rows_twice_or_missing_embedded() {
     a_polling_reader_never_sees_rows_twice_or_missing(Backends::embedded().await).await;
 }
+
+/// Maintenance after replaces and deletes: a checkpoint, old log files removed, VACUUM
+/// deleting exactly the files no current snapshot references (the replaced and deleted
+/// objects' files, and an attempt's leftover), the table exact before and after, and the
+/// committer going on from the checkpoint.
+async fn maintenance_keeps_the_table_exact(b: Backends) {
+    use publish::maintain::MaintainOptions;
+    let config = config(&b);
+    let uri = table_uri(&b, &config, ORDERS);
+    let publisher = publisher(&b, &config);
+    let mut ev = Events::new(&b, &config);
+    for n in 0..4 {
+        ev.put(
+            &format!("in/2026-07-0{}/{n}.csv", n + 1),
+            &csv(1 + 10 * n, 10),
+        )
+        .await;
+    }
+    publisher.publish_all(ORDERS).await.unwrap();
+    let old = |key: &str| {
+        let ledger = b.ledger.clone();
+        let key = key.to_string();
+        async move {
+            let r = ledger.get(ORDERS, &key).await.unwrap().unwrap();
+            r.committed.unwrap().outputs[0].key.clone()
+        }
+    };
+    let replaced = old("in/2026-07-01/0.csv").await;
+    let deleted = old("in/2026-07-02/1.csv").await;
+    ev.put("in/2026-07-01/0.csv", &csv(100, 3)).await;
+    ev.delete("in/2026-07-02/1.csv").await;
+    // A leftover of an attempt that never committed: a table file name nobody references.
+    let leftover =
+        "orders/dt=2026-07-03/2.csv-00000000000000000000000000000000-0000000000000000.parquet";
+    let bytes = b.lake_objects("orders/").await[&old("in/2026-07-03/2.csv").await].clone();
+    b.store
+        .put(
+            &b.lake,
+            leftover,
+            bytes,
+            &Default::default(),
+            &tidemark::ports::WriteCondition::Absent,
+        )
+        .await
+        .unwrap();
+    publisher.publish_all(ORDERS).await.unwrap();
+    let mut want = range(21, 40);
+    want.extend(range(100, 102));
+    want.sort();
+    assert_eq!(ids(&read(&uri, None)), want, "{}", b.name);
+
+    // Too soon: nothing is old enough to vacuum.
+    let m = publisher
+        .maintain(ORDERS, &MaintainOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(m.checkpoint, Some(m.version), "{m:?}");
+    assert!(m.files_vacuumed.is_empty(), "{}: {m:?}", b.name);
+    // A retention shorter than a day is refused.
+    let short = MaintainOptions {
+        file_retention: Some(std::time::Duration::from_secs(3600)),
+        ..MaintainOptions::default()
+    };
+    assert!(publisher.maintain(ORDERS, &short).await.is_err());
+
+    // 31 days later: the log before the checkpoint goes, VACUUM deletes the three files.
+    b.clock.advance(31 * 24 * 3_600_000);
+    let m = publisher
+        .maintain(ORDERS, &MaintainOptions::default())
+        .await
+        .unwrap();
+    let mut vacuumed: Vec<String> = m
+        .files_vacuumed
+        .iter()
+        .map(|p| p.rsplit('/').next().unwrap().to_string())
+        .collect();
+    vacuumed.sort();
+    let mut expected: Vec<String> = [&replaced, &deleted, &leftover.to_string()]
+        .iter()
+        .map(|p| p.rsplit('/').next().unwrap().to_string())
+        .collect();
+    expected.sort();
+    assert_eq!(vacuumed, expected, "{}: {m:?}", b.name);
+    assert!(m.log_files_removed > 0, "{}: {m:?}", b.name);
+    for gone in [&replaced, &deleted] {
+        assert!(
+            b.store.head(&b.lake, gone).await.unwrap().is_none(),
+            "{gone}"
+        );
+    }
+    assert_eq!(
+        ids(&read(&uri, None)),
+        want,
+        "{}: after maintenance",
+        b.name
+    );
+
+    // The committer goes on from the checkpoint.
+    ev.put("in/2026-07-04/3.csv", &csv(200, 2)).await;
+    let p = publisher
+        .publish_keys(ORDERS, &["in/2026-07-04/3.csv".to_string()])
+        .await
+        .unwrap();
+    assert_eq!((p.added, p.removed), (1, 1), "{p:?}");
+    let mut want: Vec<i64> = want
+        .into_iter()
+        .filter(|id| !(31..=40).contains(id))
+        .collect();
+    want.extend(range(200, 201));
+    want.sort();
+    assert_eq!(ids(&read(&uri, None)), want, "{}", b.name);
+}
+
+#[tokio::test]
+async fn maintenance_keeps_the_table_exact_aws() {
+    maintenance_keeps_the_table_exact(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn maintenance_keeps_the_table_exact_embedded() {
+    maintenance_keeps_the_table_exact(Backends::embedded().await).await;
+}

@@ -27,6 +27,7 @@
 //! Checkpoints, log cleanup, VACUUM and compaction are not done here (see the README).
 
 pub mod delta;
+pub mod maintain;
 pub mod stats;
 pub mod stream;
 

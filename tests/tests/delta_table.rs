@@ -714,3 +714,95 @@ async fn maintenance_keeps_the_table_exact_aws() {
 async fn maintenance_keeps_the_table_exact_embedded() {
     maintenance_keeps_the_table_exact(Backends::embedded().await).await;
 }
+
+/// The CLI on a table source: `run` publishes the table, `status` compares it with the
+/// ledger, `publish` finds nothing left, `maintain --dry-run` changes nothing.
+async fn the_cli_publishes_and_shows_the_table(b: Backends) {
+    let config = config(&b);
+    let uri = table_uri(&b, &config, ORDERS);
+    let backend = tidemark_cli::Backend::from_pipeline(b.pipeline_with(config.clone()), b.name)
+        .with_tables(tables(&b));
+    b.upload("in/2026-06-01/a.csv", csv(1, 6)).await;
+    b.upload("in/2026-06-02/b.csv", csv(7, 4)).await;
+    let cli = |args: &[&str]| {
+        let mut argv = vec!["tidemark"];
+        argv.extend_from_slice(args);
+        tidemark_cli::parse_args(argv).unwrap()
+    };
+    let dispatch = |args: &'static [&'static str]| {
+        let backend = &backend;
+        async move {
+            let c = cli(args);
+            let mut out = Vec::new();
+            let code = tidemark_cli::dispatch(c.command, backend, c.json, &mut out)
+                .await
+                .unwrap();
+            (code, String::from_utf8(out).unwrap())
+        }
+    };
+    let (code, text) = dispatch(&["run", "--source", "orders", "--json"]).await;
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{text}");
+    let run: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(run["tables"][0]["published"]["added"], json!(2), "{text}");
+    assert_eq!(ids(&read(&uri, None)), range(1, 10), "{}", b.name);
+
+    let (_, text) = dispatch(&["status", "--source", "orders", "--json"]).await;
+    let status: Value = serde_json::from_str(&text).unwrap();
+    let t = &status["tables"][0];
+    assert_eq!(
+        (
+            t["version"].clone(),
+            t["files"].clone(),
+            t["table_rows"].clone(),
+            t["ledger_rows"].clone()
+        ),
+        (json!(1), json!(2), json!(10), json!(10)),
+        "{text}"
+    );
+    assert_eq!(
+        (t["unpublished"].clone(), t["stale"].clone()),
+        (json!(0), json!(0))
+    );
+    let (_, text) = dispatch(&["status", "--source", "orders"]).await;
+    assert!(
+        text.contains("TABLE orders: delta version 1 (txn 0), 2 file(s), 10 rows (ledger 10): matches the ledger"),
+        "{text}"
+    );
+
+    let (code, text) = dispatch(&["publish"]).await;
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{text}");
+    assert!(
+        text.contains("table orders: version 1, up to date with the ledger (2 records)"),
+        "{text}"
+    );
+    let (code, text) = dispatch(&["maintain", "--dry-run", "--source", "orders"]).await;
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{text}");
+    assert!(
+        text.contains(
+            "checkpoint not written, 0 log file(s) removed, 0 data file(s) to vacuum (dry run)"
+        ),
+        "{text}"
+    );
+    let c = cli(&["maintain", "--source", "orders", "--file-retention", "1h"]);
+    let mut out = Vec::new();
+    let err = tidemark_cli::dispatch(c.command, &backend, c.json, &mut out)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("is shorter than"), "{err}");
+    let c = cli(&["publish", "--source", "orders_json"]);
+    let mut out = Vec::new();
+    let err = tidemark_cli::dispatch(c.command, &backend, c.json, &mut out)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("publishes no table"), "{err}");
+}
+
+#[tokio::test]
+async fn the_cli_publishes_and_shows_the_table_aws() {
+    the_cli_publishes_and_shows_the_table(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn the_cli_publishes_and_shows_the_table_embedded() {
+    the_cli_publishes_and_shows_the_table(Backends::embedded().await).await;
+}

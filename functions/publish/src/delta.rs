@@ -64,9 +64,10 @@ impl TableStore {
         let prefix = out.prefix.trim_end_matches('/');
         let url = match self {
             Self::Local { root } => {
-                let dir = root.join(&out.bucket).join(prefix);
+                let dir = std::path::absolute(root.join(&out.bucket).join(prefix))
+                    .map_err(|e| DeltaTableError::Generic(format!("{}: {e}", root.display())))?;
                 Url::from_directory_path(&dir).map_err(|()| {
-                    DeltaTableError::Generic(format!("{} is not an absolute path", dir.display()))
+                    DeltaTableError::Generic(format!("{} is not a folder path", dir.display()))
                 })?
             }
             Self::S3 { .. } => Url::parse(&format!("s3://{}/{prefix}/", out.bucket))
@@ -125,10 +126,23 @@ pub async fn open(store: &TableStore, source: &Source) -> Result<DeltaTable, Del
     }
 }
 
+/// The table of `source` at its latest version, `None` when there is none (nothing created).
+pub async fn load_existing(
+    store: &TableStore,
+    source: &Source,
+) -> Result<Option<DeltaTable>, DeltaTableError> {
+    register_s3();
+    load(store, &store.url(source)?).await
+}
+
 async fn load(store: &TableStore, url: &Url) -> Result<Option<DeltaTable>, DeltaTableError> {
     let mut table = DeltaTableBuilder::from_url(url.clone())?
         .with_storage_options(store.options())
         .build()?;
+    // Asked first, so that a location without a table is an answer, not a logged error.
+    if !table.log_store().is_delta_table_location().await? {
+        return Ok(None);
+    }
     match table.load().await {
         Ok(()) => Ok(Some(table)),
         Err(DeltaTableError::NotATable(_)) => Ok(None),

@@ -190,6 +190,40 @@ struct Plan {
     /// Files to remove, by path.
     removes: BTreeMap<String, Remove>,
     keys: usize,
+    /// Rows of the listed records whose outputs belong in the table (sweeps only).
+    ledger_rows: u64,
+}
+
+/// A source's table compared with its ledger, nothing written ([`Publisher::check`]).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TableCheck {
+    /// The source.
+    pub source_id: String,
+    /// The table's URI.
+    pub table: String,
+    /// The table's latest version (`None`: no table yet).
+    pub version: Option<i64>,
+    /// The committer's transaction version on it.
+    pub txn_version: Option<i64>,
+    /// Active data files.
+    pub files: usize,
+    /// Rows of the active files (their `numRecords` statistics).
+    pub table_rows: u64,
+    /// Rows the ledger has committed for the files that belong in the table.
+    pub ledger_rows: u64,
+    /// Records compared.
+    pub records: usize,
+    /// Files the ledger has committed that the table lacks (not published yet).
+    pub unpublished: usize,
+    /// Files the table holds that the ledger no longer has (replaced, deleted, forgotten).
+    pub stale: usize,
+}
+
+impl TableCheck {
+    /// The table holds exactly the ledger's committed files and rows.
+    pub fn is_clean(&self) -> bool {
+        self.unpublished == 0 && self.stale == 0 && self.table_rows == self.ledger_rows
+    }
 }
 
 impl Publisher {
@@ -352,6 +386,54 @@ impl Publisher {
         })
     }
 
+    /// Compare the table of `source_id` with the ledger (a sweep that writes nothing): what
+    /// reconcile-style monitoring asks of the table, and `tidemark status` shows.
+    pub async fn check(&self, source_id: &str) -> Result<TableCheck, PublishError> {
+        let source = self.source(source_id)?;
+        let table_err = |error| PublishError::Table {
+            source_id: source_id.to_string(),
+            error,
+        };
+        let uri = self.tables.url(source).map_err(table_err)?.to_string();
+        let table = delta::load_existing(&self.tables, source)
+            .await
+            .map_err(table_err)?;
+        let (active, version, txn, table_rows) = match &table {
+            Some(t) => {
+                let snapshot = t.snapshot().map_err(table_err)?;
+                let rows = snapshot
+                    .log_data()
+                    .iter()
+                    .map(|f| f.num_records().unwrap_or(0) as u64)
+                    .sum();
+                let txn = snapshot
+                    .transaction_version(t.log_store().as_ref(), delta::app_id(source))
+                    .await
+                    .map_err(table_err)?;
+                (
+                    active_files(t).map_err(table_err)?,
+                    t.version().map(|v| v as i64),
+                    txn,
+                    rows,
+                )
+            }
+            None => (BTreeMap::new(), None, None, 0),
+        };
+        let plan = self.plan(source, &Scope::All, &active).await?;
+        Ok(TableCheck {
+            source_id: source_id.to_string(),
+            table: uri,
+            version,
+            txn_version: txn,
+            files: active.len(),
+            table_rows,
+            ledger_rows: plan.ledger_rows,
+            records: plan.keys,
+            unpublished: plan.adds.len(),
+            stale: plan.removes.len(),
+        })
+    }
+
     /// Full jitter: a random wait up to `base × 2^(attempt-2)`, capped.
     async fn backoff(&self, attempt: u32) {
         let cap = self
@@ -390,9 +472,13 @@ impl Publisher {
                 }
                 let mut differ = Vec::new();
                 let mut seen_hashes = BTreeSet::new();
+                let mut ledger_rows = 0;
                 for r in &listed {
                     let hash = table_key_hash(&r.key);
                     let want = desired(source, Some(r));
+                    if !want.is_empty() {
+                        ledger_rows += r.committed.as_ref().map_or(0, |c| c.rows);
+                    }
                     let have: BTreeSet<&String> = by_hash
                         .get(hash.as_str())
                         .into_iter()
@@ -417,6 +503,7 @@ impl Publisher {
                     }
                 }
                 plan.keys = listed.len();
+                plan.ledger_rows = ledger_rows;
                 return Ok(plan);
             }
         };

@@ -33,7 +33,7 @@ pub struct MaintainOptions {
     pub log_retention: Option<Duration>,
     /// VACUUM data files unreferenced for longer than this; `None`: no VACUUM.
     pub file_retention: Option<Duration>,
-    /// Report what VACUUM would delete, delete nothing.
+    /// Change nothing: no checkpoint, no log cleanup; report what VACUUM would delete.
     pub dry_run: bool,
 }
 
@@ -107,13 +107,13 @@ impl Publisher {
             log_files_removed: 0,
             files_vacuumed: Vec::new(),
         };
-        if options.checkpoint && version > 0 {
+        if options.checkpoint && version > 0 && !options.dry_run {
             deltalake::checkpoints::create_checkpoint(&table, None)
                 .await
                 .map_err(table_err)?;
             done.checkpoint = Some(version);
         }
-        if let Some(keep) = options.log_retention {
+        if let Some(keep) = options.log_retention.filter(|_| !options.dry_run) {
             let cutoff = self.clock.now_ms() - keep.as_millis() as i64;
             done.log_files_removed = deltalake::checkpoints::cleanup_expired_logs_for(
                 version.max(0) as u64,

@@ -86,6 +86,9 @@ pub struct Backend {
     /// (`<root>/queue.db`); on AWS `None`, and `backfill` opens the queue named by
     /// `TIDEMARK_BACKFILL_QUEUE_URL`.
     pub backfill_queue: Option<Arc<dyn WorkQueue>>,
+    /// Where the sources' Delta tables live (the folder store's buckets, or S3); `None` for
+    /// backends built around a pipeline without one ([`Backend::with_tables`]).
+    pub tables: Option<publish::TableStore>,
 }
 
 impl Backend {
@@ -135,6 +138,9 @@ impl Backend {
             description: format!("embedded: {}", root.display()),
             ledger_path: Some(ledger_path),
             backfill_queue: Some(Arc::new(queue)),
+            tables: Some(publish::TableStore::Local {
+                root: root.join("buckets"),
+            }),
         })
     }
 
@@ -142,7 +148,8 @@ impl Backend {
     pub async fn aws(config: Arc<Config>) -> Result<Self, Error> {
         let pipeline = tidemark::aws::pipeline_from_env(config).await?;
         let table = std::env::var(tidemark::aws::ENV_TABLE).unwrap_or_default();
-        Ok(Self::from_pipeline(pipeline, format!("aws: table {table}")))
+        Ok(Self::from_pipeline(pipeline, format!("aws: table {table}"))
+            .with_tables(publish::TableStore::s3_from_env()))
     }
 
     /// Backends around a pipeline built elsewhere (tests, other tools).
@@ -152,7 +159,29 @@ impl Backend {
             description: description.into(),
             ledger_path: None,
             backfill_queue: None,
+            tables: None,
         }
+    }
+
+    /// These backends with the sources' Delta tables at `tables`.
+    pub fn with_tables(mut self, tables: publish::TableStore) -> Self {
+        self.tables = Some(tables);
+        self
+    }
+
+    /// The table committer over these backends.
+    pub fn publisher(&self) -> Result<publish::Publisher, Error> {
+        let tables = self.tables.clone().ok_or(
+            "these backends have no table store (a pipeline built without one): \
+             Backend::with_tables",
+        )?;
+        Ok(publish::Publisher::new(
+            self.pipeline.config.clone(),
+            self.pipeline.ledger.clone(),
+            self.pipeline.store.clone(),
+            tables,
+            self.pipeline.clock.clone(),
+        ))
     }
 
     /// These backends with `queue` as the work queue of backfills.

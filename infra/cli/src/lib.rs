@@ -177,6 +177,21 @@ pub enum Command {
     },
     /// Process a range again without advancing the ledger: outputs are replaced by key.
     Replay(commands::run::ReplayArgs),
+    /// Publish each table source's ledger state into its Delta table (`output.table`): a
+    /// sweep comparing every record with the table, one commit of the difference. What the
+    /// publish Lambda does on its schedule; safe beside it (commits are idempotent and
+    /// retried after a lost race). `run` does it for the sources it processed. Exits 1 when
+    /// a table could not be published.
+    Publish {
+        /// Only this source.
+        #[arg(long)]
+        source: Option<String>,
+    },
+    /// Maintain the Delta tables: a checkpoint, log files older than --log-retention removed
+    /// (behind a checkpoint), VACUUM of data files unreferenced for --file-retention (replaced
+    /// and deleted objects' files, leftovers of attempts that never committed). One writer at
+    /// a time: not beside another `maintain`.
+    Maintain(commands::table::MaintainArgs),
     /// Run a Lambda handler in-process on an event file, against the chosen backends.
     Invoke {
         /// The function.
@@ -282,6 +297,8 @@ pub async fn dispatch(
         Command::Run(args) => run::run_command(backend, &args.into(), json, out).await,
         Command::Replay(args) => run::run_command(backend, &args.into(), json, out).await,
         Command::Status { source } => status::status_command(backend, source, json, out).await,
+        Command::Publish { source } => table::publish_command(backend, source, json, out).await,
+        Command::Maintain(args) => table::maintain_command(backend, &args, json, out).await,
         Command::Explain { source, key } => {
             explain::explain_command(backend, &source, &key, json, out).await
         }

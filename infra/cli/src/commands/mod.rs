@@ -15,6 +15,7 @@ pub mod rename;
 pub mod repair;
 pub mod run;
 pub mod status;
+pub mod table;
 pub mod watermark;
 
 use serde::Serialize;

@@ -227,6 +227,9 @@ pub struct RunReport {
     pub errors: Vec<ObjectError>,
     /// Wall time.
     pub seconds: f64,
+    /// The Delta tables of the sources run, published after the run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<super::table::TablePublish>,
 }
 
 impl RunReport {
@@ -334,6 +337,7 @@ pub async fn run(backend: &Backend, plan: &Plan) -> Result<RunReport, Error> {
         total: Counts::default(),
         errors: Vec::new(),
         seconds: 0.0,
+        tables: Vec::new(),
     };
     for configured in backend.sources(plan.source.as_deref())? {
         let (source, origin) = if plan.replay {
@@ -502,13 +506,31 @@ pub async fn run_command(
     json: bool,
     out: Out<'_>,
 ) -> Result<ExitCode, Error> {
-    let report = run(backend, plan).await?;
+    let mut report = run(backend, plan).await?;
+    if backend.tables.is_some() {
+        let ids: Vec<String> = report
+            .sources
+            .iter()
+            .filter(|s| {
+                backend
+                    .source(&s.source_id)
+                    .is_ok_and(|s| s.table().is_some())
+            })
+            .map(|s| s.source_id.clone())
+            .collect();
+        for id in ids {
+            let published = super::table::publish_sources(backend, Some(&id)).await?;
+            report.tables.extend(published);
+        }
+    }
     if json {
         print_json(out, &report)?;
     } else {
         print_report(&report, &backend.description, out)?;
+        super::table::print_publishes(&report.tables, out)?;
     }
-    Ok(if report.failed() {
+    let unpublished = report.tables.iter().any(|t| t.error.is_some());
+    Ok(if report.failed() || unpublished {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS

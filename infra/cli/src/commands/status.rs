@@ -261,6 +261,10 @@ pub async fn status_command(
     out: Out<'_>,
 ) -> Result<ExitCode, Error> {
     let statuses = status(backend, source.as_deref()).await?;
+    let tables = match backend.tables {
+        Some(_) => super::table::checks(backend, source.as_deref()).await?,
+        None => Vec::new(),
+    };
     let orphaned = match source {
         Some(_) => Vec::new(),
         None => orphans(backend).await?,
@@ -268,10 +272,11 @@ pub async fn status_command(
     if json {
         print_json(
             out,
-            &serde_json::json!({ "sources": statuses, "orphaned": orphaned }),
+            &serde_json::json!({ "sources": statuses, "tables": tables, "orphaned": orphaned }),
         )?;
     } else {
         print_status(&statuses, backend, out)?;
+        super::table::print_checks(&tables, out)?;
         print_orphans(&orphaned, out)?;
     }
     Ok(ExitCode::SUCCESS)

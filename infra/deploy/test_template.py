@@ -1504,11 +1504,18 @@ def glue_type(column_type: str) -> str:
         column_type, column_type)
 
 
+def is_delta_table(t: dict) -> bool:
+    """A Glue table registered as a Delta Lake table (Athena: table_type DELTA)."""
+    params = t["Properties"]["TableInput"].get("Parameters") or {}
+    return str(params.get("table_type", "")).upper() == "DELTA"
+
+
 def test_glue_tables_match_the_output_layout():
+    """The Parquet tables over the sample sources' outputs (the Delta table: the next test)."""
     failures = []
     doc = json.loads(default_sources_document())
     by_id = {s["source_id"]: s for s in doc["sources"]}
-    tables = resources("AWS::Glue::Table")
+    tables = {n: t for n, t in resources("AWS::Glue::Table").items() if not is_delta_table(t)}
     if not tables:
         failures.append("no Glue table over the lake")
     if not resources("AWS::Glue::Database"):
@@ -1553,6 +1560,55 @@ def test_glue_tables_match_the_output_layout():
         if reports and f"s3://<lake>/{reports}".startswith(location):
             failures.append(f"{name}: its location covers the reports prefix")
     check("Glue tables: Parquet, partition projection on dt, the output layout of key_date", failures)
+
+
+def test_delta_glue_table_is_registered_as_athena_documents():
+    """A source's Delta Lake table, registered only when DeltaTableName is set, the way Athena
+    documents for Delta Lake: an external table with the location and table_type DELTA only
+    (schema, partitions and files come from the Delta log), at s3://<lake>/<DeltaTablePrefix>,
+    the root the publish function commits to (delta.rs TableStore::url: output bucket and
+    prefix), in the lake, where the publish role may write the log and nowhere else."""
+    failures = []
+    params = template()["Parameters"]
+    for p in ("DeltaTableName", "DeltaTablePrefix"):
+        if params.get(p, {}).get("Default") != "":
+            failures.append(f"{p} must exist with default \"\" (no Delta table unless asked)")
+    cond = template()["Conditions"].get("RegisterDeltaTable")
+    if cond != {"Fn::Not": [{"Fn::Equals": [{"Ref": "DeltaTableName"}, ""]}]}:
+        failures.append(f"Condition RegisterDeltaTable is {cond}, not DeltaTableName != ''")
+    # The rule refuses a name without a prefix, or with the sample sources (which have no table).
+    rule = (template().get("Rules") or {}).get("DeltaTableNeedsASource", {})
+    if rule.get("RuleCondition") != cond:
+        failures.append("rule DeltaTableNeedsASource does not apply exactly when DeltaTableName is set")
+    asserted = [a["Assert"] for a in rule.get("Assertions", [])]
+    for p in ("DeltaTablePrefix", "SourcesConfig"):
+        if {"Fn::Not": [{"Fn::Equals": [{"Ref": p}, ""]}]} not in asserted:
+            failures.append(f"rule DeltaTableNeedsASource does not require {p}")
+    if "format!(\"s3://{}/{prefix}/\", out.bucket)" not in rust_text("functions/publish/src/delta.rs"):
+        failures.append("delta.rs no longer roots a table at s3://<output bucket>/<output prefix>: update the test")
+    if not re.search(r"enum TableFormat \{[^}]*\bDelta,", rust_text("shared/src/config.rs")):
+        failures.append("config.rs TableFormat has no Delta variant: update the test")
+    delta = {n: t for n, t in resources("AWS::Glue::Table").items() if is_delta_table(t)}
+    if not delta:
+        failures.append("no Delta Lake table (GlueDeltaTable) for a source with output.table")
+    for name, t in delta.items():
+        ti = t["Properties"]["TableInput"]
+        if t.get("Condition") != "RegisterDeltaTable":
+            failures.append(f"{name}: Condition {t.get('Condition')}, not RegisterDeltaTable")
+        if render(ti["Name"]) != "<DeltaTableName>":
+            failures.append(f"{name}: Name {render(ti['Name'])}, not the DeltaTableName parameter")
+        if ti.get("TableType") != "EXTERNAL_TABLE":
+            failures.append(f"{name}: TableType {ti.get('TableType')}, not EXTERNAL_TABLE")
+        if ti.get("Parameters") != {"table_type": "DELTA"}:
+            failures.append(f"{name}: Parameters {ti.get('Parameters')}: Athena takes only table_type DELTA")
+        sd = ti.get("StorageDescriptor") or {}
+        if set(sd) != {"Location"} or ti.get("PartitionKeys"):
+            failures.append(f"{name}: declares {sorted(set(sd) - {'Location'})} {ti.get('PartitionKeys') or ''}: "
+                            "the schema and partitions are the Delta log's")
+        if render(sd.get("Location", "")) != "s3://<lake>/<DeltaTablePrefix>":
+            failures.append(f"{name}: Location {render(sd.get('Location', ''))}, not s3://<lake>/<DeltaTablePrefix>")
+    check("the Delta Lake table is registered as Athena documents, at the root the publish function commits to",
+          failures)
 
 
 def test_log_level_keeps_the_metric_lines():

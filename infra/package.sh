@@ -4,9 +4,10 @@
 # `cargo lambda deploy`, and prints their sizes.
 #
 # Usage: infra/package.sh [extra cargo lambda build flags]
-# Output: target/lambda/{ingest,reconcile,backfill}/bootstrap.zip
+# Output: target/lambda/{ingest,reconcile,backfill,publish}/bootstrap.zip
 #
-# A clean release build of the AWS SDK takes ≈25 min on 2 busy cores (LTO, one codegen unit).
+# A clean release build of the AWS SDK takes ≈25 min on 2 busy cores (LTO, one codegen unit);
+# publish adds delta-rs (its S3 store, no DataFusion) and its own arrow.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -22,11 +23,11 @@ rustup target list --installed | grep -qx aarch64-unknown-linux-gnu ||
     rustup target add aarch64-unknown-linux-gnu
 
 cargo lambda build --release --arm64 --output-format zip \
-    -p ingest -p reconcile -p backfill "$@"
+    -p ingest -p reconcile -p backfill -p publish "$@"
 
 echo
 echo "function    zip bytes  bootstrap bytes (unzipped)"
-for f in ingest reconcile backfill; do
+for f in ingest reconcile backfill publish; do
     zip="target/lambda/$f/bootstrap.zip"
     unzipped=$(unzip -l "$zip" | awk 'END {print $1}')
     printf '%-10s %10s  %10s\n' "$f" "$(stat -c %s "$zip")" "$unzipped"

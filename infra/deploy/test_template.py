@@ -13,6 +13,9 @@ resource. The tables below are the contract between the Rust code and the templa
   resources: a new grant fails the test, and so does a new call, because the test also
   re-derives the calls from the source (`store.X(` / `ledger.X(` / `queue.X(` / `client.X()`,
   and per adapter method the SDK operations it sends) and compares.
+* LIBRARY_CALLS: AWS calls a library makes with a client of its own (delta-rs's S3 client in
+  the publish function), which the derivation cannot see: declared with the reason, granted
+  like SDK_CALLS, and kept true by test_library_calls_still_describe_the_code.
 * PLATFORM_GRANTS: what Lambda, SQS, KMS and CloudWatch Logs need on the function's behalf
   (log delivery, queue polling, dead letters, encrypted environment / queues / table).
 * ENV: the environment variables each function reads; the template must set exactly these.
@@ -32,7 +35,7 @@ from cfnlint.decode import cfn_yaml
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 
-FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction")
+FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction", "PublishFunction")
 
 # ---------------------------------------------------------------------------------------------
 # The code's AWS calls, per function: (service, operation, resource). Resources:
@@ -41,6 +44,8 @@ FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction")
 #                    document is checked below)
 #   inventory        objects of the bucket named by InventoryBucketName, granted only when the
 #                    parameter is set (CONDITIONAL_KINDS)
+#   delta_log        objects of the lake under a `_delta_log/` folder: the Delta Lake logs of
+#                    the tables rooted at the outputs' prefixes (any prefix, so `*_delta_log/*`)
 #   table / index    the ledger table / its by_source index
 #   work_queue       the queue named by the function's TIDEMARK_BACKFILL_QUEUE_URL
 #   reconcile_queue  the queue named by the function's TIDEMARK_RECONCILE_QUEUE_URL
@@ -99,6 +104,31 @@ SDK_CALLS = {
         ("sqs", "SendMessageBatch", "work_queue"),  # queue.send: the work items
         ("lambda", "Invoke", "self"),  # the next planner call, InvocationType=Event
     },
+    # The Delta Lake committer: reads the ledger and the outputs' footers, never writes either.
+    "PublishFunction": {
+        # functions/publish/src/lib.rs
+        ("dynamodb", "BatchGetItem", "table"),  # get_many_latest: the changed keys, ConsistentRead
+        ("dynamodb", "Query", "index"),  # Ledger::list: a sweep lists the source's records
+        # shared/src/reconcile/outputs.rs read_footer: a new output's footer (ranged GET; a
+        # HEAD answers the 416 of an empty object), for the Add action's size and statistics
+        ("s3", "GetObject", "lake"),
+        ("s3", "HeadObject", "lake"),
+    },
+}
+
+# AWS calls a library makes with a client of its own, not through our adapters: the
+# derivation from the source cannot see them, so each is declared here with the reason. They
+# are granted like SDK_CALLS; test_library_calls_still_describe_the_code checks that the code
+# still uses the library the way the reasons say.
+LIBRARY_CALLS = {
+    "PublishFunction": {
+        # delta-rs (deltalake + deltalake-aws, object_store's S3 client), functions/publish/src/
+        # delta.rs: open / load / update_state / commit on s3://<output bucket>/<output prefix>.
+        ("s3", "ListObjectsV2", "lake"): "delta-rs lists <table root>/_delta_log/ for the latest version",
+        ("s3", "GetObject", "lake"): "delta-rs reads _delta_log/_last_checkpoint, the commits and any checkpoint",
+        ("s3", "PutObject", "delta_log"): "delta-rs commits _delta_log/<version>.json with If-None-Match "
+        "(PutMode::Create, deltalake-aws 1.x's default log store); version 0 creates the table",
+    },
 }
 
 # The files that make up each function's code path; the first is the function's own crate.
@@ -114,6 +144,8 @@ FUNCTION_CODE = {
         *COMMON_CODE,
     ],
     "BackfillFunction": ["functions/backfill/src", "shared/src/backfill.rs", "shared/src/inventory.rs"],
+    # The committer: its crate and the footer reader it shares with reconcile; no pipeline.
+    "PublishFunction": ["functions/publish/src", "shared/src/reconcile/outputs.rs"],
 }
 # Files of shared/src that call the ports but are on no function's path, and why.
 NOT_ON_A_FUNCTION_PATH = {
@@ -144,6 +176,7 @@ STORE_METHODS = {
 LEDGER_METHODS = {
     "get": ("GetItem",),
     "get_many": ("BatchGetItem",),  # 100 keys a request
+    "get_many_latest": ("BatchGetItem",),  # the same, ConsistentRead: the table committer
     "create": ("PutItem",),
     "replace": ("PutItem",),
     "delete": ("DeleteItem",),  # operator: rewind / reset / forget (CLI)
@@ -177,11 +210,17 @@ PORTS = {  # the name a port goes by in the code -> (service, its method table, 
 # Methods called on a variable named like a port that are not the port's: the reconcile
 # queue is an Option (`deps.queue.as_deref()` in functions/reconcile/src/handler.rs;
 # `queue.filter(|_| config.reports.is_some())` in reconcile.rs handle_with: no split without
-# a reports location). Skipped by the derivation; no port trait may declare a method of
-# these names (checked), so no port call can hide behind them.
+# a reports location); the publish function clones and borrows its ports
+# (`pipeline.store.clone()`, `self.store.as_ref()`) and names its TableStore (where the Delta
+# tables live, functions/publish/src/delta.rs) `store`. Skipped by the derivation; no port
+# trait may declare a method of these names (checked), so no port call can hide behind them.
 WRAPPER_METHODS = {
     "as_deref": "Option<Arc<dyn WorkQueue>> -> Option<&dyn WorkQueue>",
     "filter": "Option::filter",
+    "clone": "Arc::clone of a port",
+    "as_ref": "Arc<dyn ObjectStore> -> &dyn ObjectStore",
+    "url": "publish's TableStore::url (a table's root)",
+    "options": "publish's TableStore::options (the delta-rs S3 store's options)",
 }
 # SDK calls of the DynamoDB adapter that no Lambda makes: DynamoLedger::ensure_table, for the
 # local stack and first-time setup from the CLI.
@@ -268,6 +307,21 @@ def platform_grants(fn: str, res: dict) -> set[tuple[str, str]]:
             queue = render(event["Properties"]["Queue"])
             for a in ("ReceiveMessage", "DeleteMessage", "GetQueueAttributes", "ChangeMessageVisibility"):
                 grants.add((f"sqs:{a}", queue))
+        elif event["Type"] == "DynamoDB":  # the stream's event source mapping reads with it
+            stream = render(event["Properties"]["Stream"])
+            table = re.fullmatch(r"<(\w+)\.StreamArn>", stream)
+            assert table, f"{fn}: a DynamoDB event on {stream}, not a table's StreamArn"
+            for a in ("DescribeStream", "GetRecords", "GetShardIterator"):
+                grants.add((f"dynamodb:{a}", stream))
+            # ListStreams names no single stream: the table's streams, as AWS's example policy
+            # for Lambda and DynamoDB Streams grants it.
+            grants.add(("dynamodb:ListStreams", f"<{table.group(1)}>/stream/*"))
+            # Batches given up go to the mapping's on-failure destination, sent with the role.
+            of = ((event["Properties"].get("DestinationConfig") or {}).get("OnFailure") or {})
+            if of:
+                grants.add(("sqs:SendMessage", render(of["Destination"])))
+        else:
+            raise AssertionError(f"{fn}: an event of type {event['Type']} the test does not know the grants of")
     if "DeadLetterQueue" in props:  # Lambda sends failed async events with the function's role
         grants.add(("sqs:SendMessage", render(props["DeadLetterQueue"]["TargetArn"])))
     on_failure = ((props.get("EventInvokeConfig") or {}).get("DestinationConfig") or {}).get("OnFailure")
@@ -282,6 +336,12 @@ def platform_grants(fn: str, res: dict) -> set[tuple[str, str]]:
 OTHER_ROLES = {
     "ReconcileScheduleRole": {
         ("lambda:InvokeFunction", "<ReconcileFunction>"),  # the schedule's target
+        ("sqs:SendMessage", "<ControlDeadLetterQueue>"),  # firings it could not deliver
+        ("kms:GenerateDataKey", "<TidemarkKey>"),  # ... to the KMS-encrypted DLQ
+        ("kms:Decrypt", "<TidemarkKey>"),
+    },
+    "PublishSweepScheduleRole": {
+        ("lambda:InvokeFunction", "<PublishFunction>"),  # the sweep's target
         ("sqs:SendMessage", "<ControlDeadLetterQueue>"),  # firings it could not deliver
         ("kms:GenerateDataKey", "<TidemarkKey>"),  # ... to the KMS-encrypted DLQ
         ("kms:Decrypt", "<TidemarkKey>"),
@@ -307,6 +367,7 @@ ENV = {
                           "AWS_LAMBDA_LOG_FORMAT"},
     "BackfillFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_BACKFILL_QUEUE_URL", "RUST_LOG",
                          "AWS_LAMBDA_LOG_FORMAT"},
+    "PublishFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT"},
 }
 # Read by libraries rather than by `env::var` in our code.
 LIBRARY_ENV = {
@@ -318,8 +379,8 @@ UNSET_ENV = {
     "TIDEMARK_CONFIG_FILE": "the document is passed inline (TIDEMARK_CONFIG); no file ships in the zip",
     "TIDEMARK_BACKFILL_CHAIN": "unset = each planner call invokes the next (the wanted default); 'off' is for tests",
     "AWS_LAMBDA_FUNCTION_NAME": "set by Lambda itself (backfill's own name, for the next planner call)",
-    "AWS_ENDPOINT_URL": "S3 emulators only (path-style addressing)",
-    "AWS_ENDPOINT_URL_S3": "S3 emulators only (path-style addressing)",
+    "AWS_ENDPOINT_URL": "S3 emulators only (path-style addressing; publish passes it to delta-rs's S3 store)",
+    "AWS_ENDPOINT_URL_S3": "S3 emulators only (path-style addressing; publish passes it to delta-rs's S3 store)",
 }
 
 
@@ -550,6 +611,8 @@ def adapter_operations(path: str) -> dict[str, set[str]]:
 def resource_arn(kind: str, fn: str) -> str:
     if kind in ("landing", "lake"):
         return f"arn:aws:s3:::<{kind}>/*"
+    if kind == "delta_log":
+        return "arn:aws:s3:::<lake>/*_delta_log/*"
     if kind == "table":
         return "<LedgerTable>"
     if kind == "index":
@@ -567,13 +630,18 @@ def resource_arn(kind: str, fn: str) -> str:
     raise AssertionError(kind)
 
 
+def bucket_of(object_arn: str) -> str:
+    """The bucket ARN of an object ARN (`arn:aws:s3:::<lake>/...` -> `arn:aws:s3:::<lake>`)."""
+    return object_arn.split("/", 1)[0]
+
+
 def expected_grants(fn: str) -> set[tuple[str, str]]:
     grants = set()
-    for svc, op, kind in SDK_CALLS[fn]:
+    for svc, op, kind in SDK_CALLS[fn] | set(LIBRARY_CALLS.get(fn, {})):
         arn = resource_arn(kind, fn)
-        needs = {(a, arn.removesuffix("/*") if a == "s3:ListBucket" else arn) for a in IAM_ACTION[(svc, op)]}
+        needs = {(a, bucket_of(arn) if a == "s3:ListBucket" else arn) for a in IAM_ACTION[(svc, op)]}
         if svc == "s3" and op in ANSWERS_404:
-            needs.add(("s3:ListBucket", arn.removesuffix("/*")))
+            needs.add(("s3:ListBucket", bucket_of(arn)))
         cond = CONDITIONAL_KINDS.get(kind)
         grants |= {(a, f"{r} (if {cond})" if cond else r) for a, r in needs}
     return grants | platform_grants(fn, resources()[fn])
@@ -613,9 +681,9 @@ def fmt(grants) -> str:
 # =============================================================================================
 # The invariants
 # =============================================================================================
-def test_template_parses_and_declares_the_three_functions():
+def test_template_parses_and_declares_the_four_functions():
     funcs = resources("AWS::Serverless::Function")
-    check("the template declares exactly the ingest, reconcile and backfill functions",
+    check("the template declares exactly the ingest, reconcile, backfill and publish functions",
           [f"functions: {sorted(funcs)}"] if set(funcs) != set(FUNCTIONS) else [])
     failures = []
     ingest = funcs["IngestFunction"]
@@ -863,6 +931,11 @@ def dead_letter_targets() -> dict[str, set[str]]:
         of = ((p.get("EventInvokeConfig") or {}).get("DestinationConfig") or {}).get("OnFailure")
         if of:
             add(of["Destination"], name)
+        # A stream's event source mapping: the batches it gives up on.
+        for ev in (p.get("Events") or {}).values():
+            of = ((ev["Properties"].get("DestinationConfig") or {}).get("OnFailure") or {})
+            if of:
+                add(of["Destination"], name)
     for name, r in resources("AWS::Events::Rule").items():
         for t in r["Properties"].get("Targets", []):
             if "DeadLetterConfig" in t:
@@ -1019,6 +1092,90 @@ def test_reconcile_queue_is_the_one_the_reconcile_function_consumes():
           "invocation, with partial batch responses and its own concurrency cap", failures)
 
 
+def stream_events() -> list[tuple[str, str, dict]]:
+    """(function, event name, properties) of every DynamoDB stream event source."""
+    return [(fn, name, ev["Properties"]) for fn, f in resources("AWS::Serverless::Function").items()
+            for name, ev in (f["Properties"].get("Events") or {}).items() if ev["Type"] == "DynamoDB"]
+
+
+def test_publish_follows_the_ledger_stream():
+    """The ledger table's stream (KEYS_ONLY: the handler reads each changed key's record
+    itself) feeds the publish function alone: from the start of the retained stream, one
+    committer per shard, partial batch responses (publish::stream answers with
+    DynamoDbEventResponse), bounded retries and record age, and an on-failure destination that
+    is a DLQ of the template."""
+    failures = []
+    table = resources()["LedgerTable"]["Properties"]
+    view = (table.get("StreamSpecification") or {}).get("StreamViewType")
+    if view != "KEYS_ONLY":
+        failures.append(f"LedgerTable StreamViewType {view}, not KEYS_ONLY (the handler reads only the keys)")
+    stream_rs = rust_text("functions/publish/src/stream.rs")
+    if "change.keys" not in stream_rs or re.search(r"\b(new_image|old_image)\b", stream_rs):
+        failures.append("publish/src/stream.rs reads more than a record's keys: KEYS_ONLY would not do")
+    if "DynamoDbEventResponse" not in stream_rs or "batch_item_failures" not in stream_rs:
+        failures.append("publish/src/stream.rs no longer answers with batch item failures")
+    if not re.search(r"ledger\.get_many_latest\(", rust_text("functions/publish/src/lib.rs")):
+        failures.append("the publisher no longer reads the changed keys strongly consistent (get_many_latest)")
+    events = stream_events()
+    if [(fn, p.get("Stream") and render(p["Stream"])) for fn, _, p in events] != [
+            ("PublishFunction", "<LedgerTable.StreamArn>")]:
+        failures.append(f"stream event sources {[(fn, n) for fn, n, _ in events]}: expected the publish "
+                        "function's alone, on the ledger table's stream")
+    dlqs = dead_letter_targets()
+    for fn, name, p in events:
+        where = f"{fn}.{name}"
+        want = {"StartingPosition": "TRIM_HORIZON", "ParallelizationFactor": 1,
+                "FunctionResponseTypes": ["ReportBatchItemFailures"]}
+        failures += [f"{where}: {k} = {p.get(k)!r}, expected {v!r}" for k, v in want.items() if p.get(k) != v]
+        if not (isinstance(p.get("BatchSize"), int) and 1 <= p["BatchSize"] <= 10000):
+            failures.append(f"{where}: BatchSize {p.get('BatchSize')!r}")
+        retries = p.get("MaximumRetryAttempts")
+        if not (isinstance(retries, int) and 0 <= retries <= 10000):
+            failures.append(f"{where}: MaximumRetryAttempts {retries!r}: unbounded (-1, the default) holds the shard")
+        age = p.get("MaximumRecordAgeInSeconds")
+        if not (isinstance(age, int) and 60 <= age < 86400):
+            failures.append(f"{where}: MaximumRecordAgeInSeconds {age!r}: must be under the stream's 24 hours")
+        of = ((p.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
+        q = render(of).strip("<>") if of else None
+        if q not in resources("AWS::SQS::Queue") or q not in dlqs:
+            failures.append(f"{where}: on-failure destination {of}, not a dead-letter queue of the template")
+    check("the ledger table's KEYS_ONLY stream feeds the publish function alone, one committer per shard, "
+          "with partial batch responses, bounded retries and a DLQ", failures)
+
+
+def test_library_calls_still_describe_the_code():
+    """LIBRARY_CALLS['PublishFunction'] holds while delta-rs is used as delta.rs uses it:
+    the S3 store only, deltalake-aws 1.x (its log store commits with a conditional PUT; no
+    temporary file renamed, so no copy and no delete), no locking provider or unsafe rename,
+    and no checkpoint, log cleanup, VACUUM or OPTIMIZE from the function (which would read or
+    delete more than the log)."""
+    failures = []
+    cargo = (ROOT / "functions/publish/Cargo.toml").read_text()
+    dep = re.search(r"(?m)^deltalake = \{(.*)\}$", cargo)
+    if not dep or "default-features = false" not in dep.group(1) or not re.search(r'features = \["s3"\]', dep.group(1)):
+        failures.append("functions/publish/Cargo.toml: deltalake is not default-features = false, features = [\"s3\"]")
+    lock = (ROOT / "Cargo.lock").read_text()
+    aws = re.search(r'name = "deltalake-aws"\nversion = "(\d+)\.', lock)
+    if not aws or aws.group(1) != "1":
+        failures.append(f"Cargo.lock: deltalake-aws {aws and aws.group(1)}.x, not 1.x: check how it commits on S3 "
+                        "(and what it needs) again, then update LIBRARY_CALLS")
+    text = rust_text("functions/publish/src")
+    for what in ("locking_provider", "LOCKING_PROVIDER", "unsafe_rename", "UNSAFE_RENAME"):
+        if what in text:
+            failures.append(f"functions/publish/src mentions {what}: the log store would not be the conditional-PUT one")
+    for call in re.findall(r"\b(vacuum|optimize|create_checkpoint|cleanup_metadata|cleanup_expired_logs_for|restore)\s*\(", text):
+        failures.append(f"functions/publish/src calls {call}(: maintenance needs grants LIBRARY_CALLS does not list")
+    delta = rust_text("functions/publish/src/delta.rs")
+    for setting in ("with_create_checkpoint(false)", "with_cleanup_expired_logs(Some(false))"):
+        if setting not in delta:
+            failures.append(f"delta.rs no longer commits with {setting}")
+    props = len(re.findall(r"CommitProperties::default\(\)", text))
+    quiet = len(re.findall(r"quiet\(CommitProperties::default\(\)\)", text))
+    if props != quiet:
+        failures.append(f"{props - quiet} commit(s) in functions/publish/src not made through quiet()")
+    check("delta-rs makes only the S3 calls LIBRARY_CALLS declares", failures)
+
+
 def rust_int(expr: str) -> int:
     """A Rust integer constant expression of literals, `*` and `+` (e.g. `30 * 24 * 3600`)."""
     assert re.fullmatch(r"[\d_\s*+()]+", expr), f"cannot evaluate {expr!r}"
@@ -1103,6 +1260,9 @@ def test_alarms_present():
     for fn in FUNCTIONS:
         if not alarm_on(lambda ns: ns == "AWS/Lambda", "Errors", ("FunctionName", f"<{fn}>")):
             failures.append(f"no Errors alarm on {fn}")
+    for fn in sorted({fn for fn, _, _ in stream_events()}):
+        if not alarm_on(lambda ns: ns == "AWS/Lambda", "IteratorAge", ("FunctionName", f"<{fn}>")):
+            failures.append(f"no IteratorAge alarm on {fn} (how far it lags behind its stream)")
     if not alarm_on(stack_ns, "QuarantinedObjects"):
         failures.append("no alarm on quarantined objects")
     # Every function that runs the per-object pipeline quarantines through it: each of their
@@ -1127,7 +1287,8 @@ def test_alarms_present():
     for name, a in alarms().items():
         if not a["Properties"].get("AlarmActions"):
             failures.append(f"{name}: no AlarmActions")
-    check("alarms on DLQ depth, oldest message age, function errors, quarantined objects and reconcile findings", failures)
+    check("alarms on DLQ depth, oldest message age, function errors, stream lag, quarantined objects and "
+          "reconcile findings", failures)
 
 
 def test_rejected_rows_are_counted_per_stack():
@@ -1343,11 +1504,18 @@ def glue_type(column_type: str) -> str:
         column_type, column_type)
 
 
+def is_delta_table(t: dict) -> bool:
+    """A Glue table registered as a Delta Lake table (Athena: table_type DELTA)."""
+    params = t["Properties"]["TableInput"].get("Parameters") or {}
+    return str(params.get("table_type", "")).upper() == "DELTA"
+
+
 def test_glue_tables_match_the_output_layout():
+    """The Parquet tables over the sample sources' outputs (the Delta table: the next test)."""
     failures = []
     doc = json.loads(default_sources_document())
     by_id = {s["source_id"]: s for s in doc["sources"]}
-    tables = resources("AWS::Glue::Table")
+    tables = {n: t for n, t in resources("AWS::Glue::Table").items() if not is_delta_table(t)}
     if not tables:
         failures.append("no Glue table over the lake")
     if not resources("AWS::Glue::Database"):
@@ -1394,6 +1562,55 @@ def test_glue_tables_match_the_output_layout():
     check("Glue tables: Parquet, partition projection on dt, the output layout of key_date", failures)
 
 
+def test_delta_glue_table_is_registered_as_athena_documents():
+    """A source's Delta Lake table, registered only when DeltaTableName is set, the way Athena
+    documents for Delta Lake: an external table with the location and table_type DELTA only
+    (schema, partitions and files come from the Delta log), at s3://<lake>/<DeltaTablePrefix>,
+    the root the publish function commits to (delta.rs TableStore::url: output bucket and
+    prefix), in the lake, where the publish role may write the log and nowhere else."""
+    failures = []
+    params = template()["Parameters"]
+    for p in ("DeltaTableName", "DeltaTablePrefix"):
+        if params.get(p, {}).get("Default") != "":
+            failures.append(f"{p} must exist with default \"\" (no Delta table unless asked)")
+    cond = template()["Conditions"].get("RegisterDeltaTable")
+    if cond != {"Fn::Not": [{"Fn::Equals": [{"Ref": "DeltaTableName"}, ""]}]}:
+        failures.append(f"Condition RegisterDeltaTable is {cond}, not DeltaTableName != ''")
+    # The rule refuses a name without a prefix, or with the sample sources (which have no table).
+    rule = (template().get("Rules") or {}).get("DeltaTableNeedsASource", {})
+    if rule.get("RuleCondition") != cond:
+        failures.append("rule DeltaTableNeedsASource does not apply exactly when DeltaTableName is set")
+    asserted = [a["Assert"] for a in rule.get("Assertions", [])]
+    for p in ("DeltaTablePrefix", "SourcesConfig"):
+        if {"Fn::Not": [{"Fn::Equals": [{"Ref": p}, ""]}]} not in asserted:
+            failures.append(f"rule DeltaTableNeedsASource does not require {p}")
+    if "format!(\"s3://{}/{prefix}/\", out.bucket)" not in rust_text("functions/publish/src/delta.rs"):
+        failures.append("delta.rs no longer roots a table at s3://<output bucket>/<output prefix>: update the test")
+    if not re.search(r"enum TableFormat \{[^}]*\bDelta,", rust_text("shared/src/config.rs")):
+        failures.append("config.rs TableFormat has no Delta variant: update the test")
+    delta = {n: t for n, t in resources("AWS::Glue::Table").items() if is_delta_table(t)}
+    if not delta:
+        failures.append("no Delta Lake table (GlueDeltaTable) for a source with output.table")
+    for name, t in delta.items():
+        ti = t["Properties"]["TableInput"]
+        if t.get("Condition") != "RegisterDeltaTable":
+            failures.append(f"{name}: Condition {t.get('Condition')}, not RegisterDeltaTable")
+        if render(ti["Name"]) != "<DeltaTableName>":
+            failures.append(f"{name}: Name {render(ti['Name'])}, not the DeltaTableName parameter")
+        if ti.get("TableType") != "EXTERNAL_TABLE":
+            failures.append(f"{name}: TableType {ti.get('TableType')}, not EXTERNAL_TABLE")
+        if ti.get("Parameters") != {"table_type": "DELTA"}:
+            failures.append(f"{name}: Parameters {ti.get('Parameters')}: Athena takes only table_type DELTA")
+        sd = ti.get("StorageDescriptor") or {}
+        if set(sd) != {"Location"} or ti.get("PartitionKeys"):
+            failures.append(f"{name}: declares {sorted(set(sd) - {'Location'})} {ti.get('PartitionKeys') or ''}: "
+                            "the schema and partitions are the Delta log's")
+        if render(sd.get("Location", "")) != "s3://<lake>/<DeltaTablePrefix>":
+            failures.append(f"{name}: Location {render(sd.get('Location', ''))}, not s3://<lake>/<DeltaTablePrefix>")
+    check("the Delta Lake table is registered as Athena documents, at the root the publish function commits to",
+          failures)
+
+
 def test_log_level_keeps_the_metric_lines():
     """The quarantine filter counts INFO lines and EMF lines carry no level (Lambda: INFO)."""
     allowed = set(template()["Parameters"]["LogLevel"]["AllowedValues"])
@@ -1401,25 +1618,48 @@ def test_log_level_keeps_the_metric_lines():
           [f"LogLevel allows {sorted(allowed - {'info', 'debug', 'trace'})}"] if allowed - {"info", "debug", "trace"} else [])
 
 
-def test_reconcile_schedule_sends_a_scheduled_event():
+# The scheduled functions: what their handler takes as the scheduled run, and the source text
+# it decides on (checked to be still there).
+SCHEDULED = {
+    # reconcile::handle: a scheduled run iff detail-type == "Scheduled Event".
+    "ReconcileFunction": (lambda p: p.get("detail-type") == "Scheduled Event",
+                          "shared/src/reconcile.rs", ["Scheduled Event"]),
+    # publish's main.rs: no "Records" (not a stream batch) is a sweep; without "source" of
+    # every table source (the scheduled-event shape would carry "source": "aws.scheduler").
+    "PublishFunction": (lambda p: "Records" not in p and "source" not in p,
+                        "functions/publish/src/main.rs", ['payload.get("Records")', 'payload.get("source")']),
+}
+# Schedules that may be turned off by their parameter: schedule -> its condition.
+OPTIONAL_SCHEDULES = {"PublishSweepSchedule": "SweepOnSchedule"}
+
+
+def test_schedules_send_the_payload_their_handler_recognises():
     failures = []
     schedules = resources("AWS::Scheduler::Schedule")
     rules = [r for r in resources("AWS::Events::Rule").values() if "ScheduleExpression" in r["Properties"]]
-    if not schedules and not rules:
-        failures.append("reconcile has no schedule")
+    if rules:
+        failures.append("a scheduled EventBridge rule: schedules are EventBridge Scheduler schedules")
+    targets = {}
     for name, s in schedules.items():
         target = s["Properties"]["Target"]
-        if render(target["Arn"]) != "<ReconcileFunction>":
-            failures.append(f"{name}: targets {render(target['Arn'])}")
+        fn = render(target["Arn"]).strip("<>")
+        targets.setdefault(fn, []).append(name)
+        if fn not in SCHEDULED:
+            failures.append(f"{name}: targets {render(target['Arn'])}, which has no scheduled run")
+            continue
         payload = json.loads(target.get("Input", "{}"))
-        # reconcile::handle: a scheduled run iff detail-type == "Scheduled Event".
-        if payload.get("detail-type") != "Scheduled Event":
-            failures.append(f"{name}: Input {payload} is not recognised as a scheduled run")
+        if not SCHEDULED[fn][0](payload):
+            failures.append(f"{name}: Input {payload} is not recognised as {fn}'s scheduled run")
         if "DeadLetterConfig" not in target or "RetryPolicy" not in target:
             failures.append(f"{name}: no retry policy / DLQ")
-    if "Scheduled Event" not in (ROOT / "shared/src/reconcile.rs").read_text():
-        failures.append("reconcile.rs no longer recognises 'Scheduled Event'")
-    check("the reconcile schedule sends the payload the handler recognises", failures)
+        if s.get("Condition") != OPTIONAL_SCHEDULES.get(name):
+            failures.append(f"{name}: Condition {s.get('Condition')}, expected {OPTIONAL_SCHEDULES.get(name)}")
+    for fn, (_, path, marks) in SCHEDULED.items():
+        if len(targets.get(fn, [])) != 1:
+            failures.append(f"{fn} has schedules {targets.get(fn, [])}, not one")
+        text = (ROOT / path).read_text()
+        failures += [f"{path} no longer decides on {m!r}" for m in marks if m not in text]
+    check("each schedule sends the payload its function's handler takes as the scheduled run", failures)
 
 
 def test_dashboard_body_is_json_and_shows_every_function():
@@ -1441,4 +1681,6 @@ def test_dashboard_body_is_json_and_shows_every_function():
         for metric in ("ReconcileMismatches", "ReconcileMissing", "Mismatches", "QuarantinedObjects"):
             if metric not in text:
                 failures.append(f"{name}: no widget shows {metric}")
+        if stream_events() and "IteratorAge" not in text:
+            failures.append(f"{name}: no widget shows the stream consumer's IteratorAge")
     check("the dashboard parses and shows every function, every queue and the reconcile findings", failures)

@@ -806,3 +806,170 @@ async fn the_cli_publishes_and_shows_the_table_aws() {
 async fn the_cli_publishes_and_shows_the_table_embedded() {
     the_cli_publishes_and_shows_the_table(Backends::embedded().await).await;
 }
+
+/// Compaction of a closed partition, then a replace and a delete of compacted objects, then
+/// a forget: the table exact after each step (read by the Python package), the committer
+/// recognising compacted objects as published, VACUUM keeping the files the ledger names,
+/// and reconcile clean.
+async fn compaction_then_replace_then_delete_stays_exact(b: Backends) {
+    use publish::maintain::{CompactOptions, MaintainOptions};
+    let config = config(&b);
+    let uri = table_uri(&b, &config, ORDERS);
+    let publisher = publisher(&b, &config);
+    let mut ev = Events::new(&b, &config);
+    let key = |n: i64| format!("in/2026-05-01/{n}.csv");
+    for n in 0..5 {
+        ev.put(&key(n), &csv(1 + 10 * n, 10)).await;
+    }
+    ev.put("in/2026-05-02/open.csv", &csv(900, 3)).await;
+    publisher.publish_all(ORDERS).await.unwrap();
+    let now_closed = CompactOptions {
+        compact_after: std::time::Duration::ZERO,
+        ..CompactOptions::default()
+    };
+    // Not old enough yet under the default rule.
+    let c = publisher
+        .compact(ORDERS, &CompactOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(c.partitions, 0, "{c:?}");
+    b.clock.advance(2 * 24 * 3_600_000);
+    let c = publisher.compact(ORDERS, &now_closed).await.unwrap();
+    assert_eq!(
+        (c.partitions, c.files_in, c.files_out, c.objects),
+        (1, 5, 1, 5),
+        "{}: {c:?}",
+        b.name
+    );
+    let mut all = range(1, 50);
+    all.extend(range(900, 902));
+    let t = read(&uri, None);
+    assert_eq!(ids(&t), all, "{}: {t}", b.name);
+    assert_eq!(t["files"], json!(2), "{t}");
+    // The committer sees the compacted objects as published.
+    let p = publisher.publish_all(ORDERS).await.unwrap();
+    assert_eq!(p.committed, None, "{}: {p:?}", b.name);
+    let check = publisher.check(ORDERS).await.unwrap();
+    assert!(check.is_clean(), "{check:?}");
+
+    // Replace object 1, delete object 3: the compacted file is rewritten without them.
+    ev.put(&key(1), &csv(500, 2)).await;
+    ev.delete(&key(3)).await;
+    let p = publisher
+        .publish_keys(ORDERS, &[key(1), key(3)])
+        .await
+        .unwrap();
+    assert_eq!((p.added, p.removed), (2, 1), "{}: {p:?}", b.name);
+    let mut want: Vec<i64> = all
+        .iter()
+        .copied()
+        .filter(|id| !(11..=20).contains(id) && !(31..=40).contains(id))
+        .collect();
+    want.extend(range(500, 501));
+    want.sort();
+    let t = read(&uri, None);
+    assert_eq!(ids(&t), want, "{}: {t}", b.name);
+    assert_eq!(publisher.publish_all(ORDERS).await.unwrap().committed, None);
+
+    // Compact again (the rewritten file and object 1's new file), then forget object 0.
+    b.clock.advance(2 * 24 * 3_600_000);
+    let c = publisher.compact(ORDERS, &now_closed).await.unwrap();
+    assert_eq!(c.partitions, 1, "{c:?}");
+    assert_eq!(ids(&read(&uri, None)), want, "{}", b.name);
+    let r = b.ledger.get(ORDERS, &key(0)).await.unwrap().unwrap();
+    b.ledger.delete(ORDERS, &key(0), r.rev).await.unwrap();
+    let p = publisher.publish_all(ORDERS).await.unwrap();
+    assert!(p.committed.is_some(), "{p:?}");
+    let want: Vec<i64> = want
+        .into_iter()
+        .filter(|id| !(1..=10).contains(id))
+        .collect();
+    assert_eq!(ids(&read(&uri, None)), want, "{}: after forget", b.name);
+    assert!(publisher.check(ORDERS).await.unwrap().is_clean());
+
+    // VACUUM, much later: the compacted-away files the ledger names stay, the rest go.
+    b.clock.advance(31 * 24 * 3_600_000);
+    let m = publisher
+        .maintain(ORDERS, &MaintainOptions::default())
+        .await
+        .unwrap();
+    assert!(m.files_kept >= 2, "{}: {m:?}", b.name);
+    assert!(!m.files_vacuumed.is_empty(), "{m:?}");
+    for k in [key(2), key(4)] {
+        let r = b.ledger.get(ORDERS, &k).await.unwrap().unwrap();
+        let out = &r.committed.unwrap().outputs[0];
+        assert!(
+            b.store.head(&b.lake, &out.key).await.unwrap().is_some(),
+            "{}",
+            out.key
+        );
+    }
+    assert_eq!(ids(&read(&uri, None)), want, "{}: after VACUUM", b.name);
+}
+
+#[tokio::test]
+async fn compaction_then_replace_then_delete_stays_exact_aws() {
+    compaction_then_replace_then_delete_stays_exact(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn compaction_then_replace_then_delete_stays_exact_embedded() {
+    compaction_then_replace_then_delete_stays_exact(Backends::embedded().await).await;
+}
+
+/// Compaction racing the committer on the same partition, round after round: whichever
+/// commits second rebuilds on the other's version, and the table stays exact.
+async fn compaction_racing_replaces_stays_exact(b: Backends) {
+    use publish::maintain::CompactOptions;
+    let config = config(&b);
+    let uri = table_uri(&b, &config, ORDERS);
+    let publisher = publisher(&b, &config);
+    let compactor = publisher(&b, &config);
+    let mut ev = Events::new(&b, &config);
+    let key = |n: i64| format!("in/2026-04-01/{n}.csv");
+    let mut current: BTreeMap<i64, (i64, usize)> = BTreeMap::new();
+    for n in 0..6 {
+        ev.put(&key(n), &csv(1 + 100 * n, 3)).await;
+        current.insert(n, (1 + 100 * n, 3));
+    }
+    publisher.publish_all(ORDERS).await.unwrap();
+    let opts = CompactOptions {
+        compact_after: std::time::Duration::ZERO,
+        ..CompactOptions::default()
+    };
+    let mut lost = 0;
+    for round in 1..=6i64 {
+        let n = round % 6;
+        let first = 1 + 100 * n + 10 * round;
+        ev.put(&key(n), &csv(first, 2)).await;
+        current.insert(n, (first, 2));
+        let keys = [key(n)];
+        let (p, c) = tokio::join!(
+            publisher.publish_keys(ORDERS, &keys),
+            compactor.compact(ORDERS, &opts)
+        );
+        p.unwrap_or_else(|e| panic!("{}: {e}", b.name));
+        lost += c.unwrap_or_else(|e| panic!("{}: {e}", b.name)).lost;
+        let mut want: Vec<i64> = current
+            .values()
+            .flat_map(|(f, rows)| range(*f, *f + *rows as i64 - 1))
+            .collect();
+        want.sort();
+        assert_eq!(ids(&read(&uri, None)), want, "{} round {round}", b.name);
+    }
+    assert_eq!(publisher.publish_all(ORDERS).await.unwrap().committed, None);
+    eprintln!(
+        "{}: compaction commits lost to the committer: {lost}",
+        b.name
+    );
+}
+
+#[tokio::test]
+async fn compaction_racing_replaces_stays_exact_aws() {
+    compaction_racing_replaces_stays_exact(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn compaction_racing_replaces_stays_exact_embedded() {
+    compaction_racing_replaces_stays_exact(Backends::embedded().await).await;
+}

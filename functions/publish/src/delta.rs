@@ -209,20 +209,30 @@ pub async fn commit(
     now_ms: i64,
     metadata: serde_json::Map<String, serde_json::Value>,
 ) -> Result<Attempt, DeltaTableError> {
-    let snapshot = table.snapshot()?;
     let app_id = app_id(source);
-    let props = quiet(CommitProperties::default())
-        .with_application_transaction(Transaction::new_with_last_update(
-            &app_id,
-            txn_version,
-            Some(now_ms),
-        ))
-        .with_metadata(metadata);
     let operation = DeltaOperation::StreamingUpdate {
         output_mode: OutputMode::Update,
-        query_id: app_id,
+        query_id: app_id.clone(),
         epoch_id: txn_version,
     };
+    let txn = Transaction::new_with_last_update(&app_id, txn_version, Some(now_ms));
+    commit_as(table, actions, operation, Some(txn), metadata).await
+}
+
+/// One attempt to commit `actions` as `operation` on top of the loaded snapshot of `table`
+/// (with an application transaction when given), never retried inside delta-rs.
+pub async fn commit_as(
+    table: &DeltaTable,
+    actions: Vec<Action>,
+    operation: DeltaOperation,
+    txn: Option<Transaction>,
+    metadata: serde_json::Map<String, serde_json::Value>,
+) -> Result<Attempt, DeltaTableError> {
+    let snapshot = table.snapshot()?;
+    let mut props = quiet(CommitProperties::default()).with_metadata(metadata);
+    if let Some(txn) = txn {
+        props = props.with_application_transaction(txn);
+    }
     let committed = CommitBuilder::from(props)
         .with_actions(actions)
         .build(Some(snapshot), table.log_store(), operation)

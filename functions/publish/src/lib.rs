@@ -174,6 +174,8 @@ pub struct Publisher {
     pub faults: Arc<dyn Faults>,
     /// The commit loop's tunables.
     pub settings: Settings,
+    /// Manifests of compacted files read so far (they never change), by output key.
+    manifests: std::sync::Mutex<HashMap<String, Arc<Vec<tidemark::compact::Entry>>>>,
 }
 
 /// What a publish compares.
@@ -192,6 +194,8 @@ struct Plan {
     keys: usize,
     /// Rows of the listed records whose outputs belong in the table (sweeps only).
     ledger_rows: u64,
+    /// Compacted files to rewrite without these original paths' rows.
+    rewrites: BTreeMap<String, BTreeSet<String>>,
 }
 
 /// A source's table compared with its ledger, nothing written ([`Publisher::check`]).
@@ -243,6 +247,7 @@ impl Publisher {
             clock,
             faults: Arc::new(NoFaults),
             settings: Settings::default(),
+            manifests: Default::default(),
         }
     }
 
@@ -306,7 +311,7 @@ impl Publisher {
                 .await
                 .map_err(table_err)?;
             let version = table.version().map_or(-1, |v| v as i64);
-            if plan.adds.is_empty() && plan.removes.is_empty() {
+            if plan.adds.is_empty() && plan.removes.is_empty() && plan.rewrites.is_empty() {
                 return Ok(Published {
                     source_id: id.to_string(),
                     committed: None,
@@ -336,8 +341,15 @@ impl Publisher {
                     ..Default::default()
                 }));
             }
-            let (added, removed) = (plan.adds.len(), plan.removes.len());
+            let (mut added, mut removed) = (plan.adds.len(), plan.removes.len());
             actions.extend(plan.removes.into_values().map(Action::Remove));
+            for (file, without) in &plan.rewrites {
+                let (add, remove) = self.rewrite(source, file, without, &active).await?;
+                added += usize::from(add.is_some());
+                removed += 1;
+                actions.extend(add.map(Action::Add));
+                actions.push(Action::Remove(remove));
+            }
             self.faults.check(Step::Planned, id)?;
             let next_txn = txn.unwrap_or(-1) + 1;
             let metadata = serde_json::Map::from_iter([
@@ -453,23 +465,27 @@ impl Publisher {
         active: &BTreeMap<String, Remove>,
     ) -> Result<Plan, PublishError> {
         let id = source.id();
-        let keys: Vec<String> = match scope {
-            Scope::Keys(keys) => keys
-                .iter()
-                .cloned()
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect(),
+        match scope {
+            Scope::Keys(keys) => {
+                let keys: Vec<String> = keys
+                    .iter()
+                    .cloned()
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                // Compacted files only matter in the partitions of these keys.
+                let dirs: BTreeSet<String> = keys
+                    .iter()
+                    .map(|k| dir_of(source, &source.output_key(k)))
+                    .collect();
+                let index = self.index(source, active, Some(&dirs)).await?;
+                self.plan_keys(source, &keys, &index).await
+            }
             Scope::All => {
                 // The listing is eventually consistent: it only picks the keys to look at,
                 // and those are read again consistently before anything is decided.
                 let listed = self.ledger.list(id).await?;
-                let mut by_hash: BTreeMap<&str, Vec<&String>> = BTreeMap::new();
-                for path in active.keys() {
-                    if let Some(h) = table_key_hash_of(path) {
-                        by_hash.entry(h).or_default().push(path);
-                    }
-                }
+                let index = self.index(source, active, None).await?;
                 let mut differ = Vec::new();
                 let mut seen_hashes = BTreeSet::new();
                 let mut ledger_rows = 0;
@@ -479,42 +495,45 @@ impl Publisher {
                     if !want.is_empty() {
                         ledger_rows += r.committed.as_ref().map_or(0, |c| c.rows);
                     }
-                    let have: BTreeSet<&String> = by_hash
-                        .get(hash.as_str())
-                        .into_iter()
-                        .flatten()
-                        .copied()
-                        .chain(legacy(source, &r.key, active))
-                        .collect();
+                    let have: BTreeSet<&str> = index.paths_of(source, &r.key, &hash).collect();
                     let want_paths: BTreeSet<&str> =
                         want.iter().map(|(_, p, _)| p.as_str()).collect();
-                    if have.iter().map(|p| p.as_str()).collect::<BTreeSet<_>>() != want_paths {
+                    if have != want_paths {
                         differ.push(r.key.clone());
                     }
                     seen_hashes.insert(hash);
                 }
-                let mut plan = self.plan_keys(source, &differ, active).await?;
+                let mut plan = self.plan_keys(source, &differ, &index).await?;
                 // Files of keys the ledger no longer has (forgotten): out of the table.
-                for (hash, paths) in &by_hash {
+                for (hash, paths) in &index.by_hash {
                     if !seen_hashes.contains(*hash) {
                         for p in paths {
                             plan.removes.insert((*p).clone(), active[*p].clone());
                         }
                     }
                 }
+                for (hash, entries) in &index.compacted_by_hash {
+                    if !seen_hashes.contains(hash.as_str()) {
+                        for (file, path) in entries {
+                            plan.rewrites
+                                .entry(file.clone())
+                                .or_default()
+                                .insert(path.clone());
+                        }
+                    }
+                }
                 plan.keys = listed.len();
                 plan.ledger_rows = ledger_rows;
-                return Ok(plan);
+                Ok(plan)
             }
-        };
-        self.plan_keys(source, &keys, active).await
+        }
     }
 
     async fn plan_keys(
         &self,
         source: &Source,
         keys: &[String],
-        active: &BTreeMap<String, Remove>,
+        index: &Index<'_>,
     ) -> Result<Plan, PublishError> {
         let mut plan = Plan {
             keys: keys.len(),
@@ -529,23 +548,210 @@ impl Publisher {
         for key in keys {
             let want = desired(source, records.get(key));
             let hash = table_key_hash(key);
-            let have: BTreeSet<&String> = active
-                .keys()
-                .filter(|p| table_key_hash_of(p) == Some(hash.as_str()))
-                .chain(legacy(source, key, active))
-                .collect();
             for (out_key, path, at) in &want {
-                if !active.contains_key(path) {
+                if !index.holds(path) {
                     plan.adds.push((key.clone(), out_key.clone(), *at));
                 }
             }
-            for path in have {
-                if !want.iter().any(|(_, p, _)| p == path) {
-                    plan.removes.insert(path.clone(), active[path].clone());
+            let wanted = |path: &str| want.iter().any(|(_, p, _)| p == path);
+            for path in index.direct_paths_of(source, key, &hash) {
+                if !wanted(path) {
+                    plan.removes
+                        .insert(path.to_string(), index.active[path].clone());
+                }
+            }
+            // Rows of this key inside a compacted file that the ledger no longer has: the
+            // compacted file is rewritten without them, in the same commit.
+            for (file, path) in index.compacted_by_hash.get(&hash).into_iter().flatten() {
+                if !wanted(path) {
+                    plan.rewrites
+                        .entry(file.clone())
+                        .or_default()
+                        .insert(path.clone());
                 }
             }
         }
         Ok(plan)
+    }
+
+    /// The table's files indexed by source key hash, with the manifests of its compacted
+    /// files (in `dirs` only, when given).
+    async fn index<'a>(
+        &self,
+        source: &Source,
+        active: &'a BTreeMap<String, Remove>,
+        dirs: Option<&BTreeSet<String>>,
+    ) -> Result<Index<'a>, PublishError> {
+        let mut index = Index {
+            active,
+            by_hash: HashMap::new(),
+            inside: HashMap::new(),
+            compacted_by_hash: HashMap::new(),
+        };
+        for path in active.keys() {
+            if let Some(h) = table_key_hash_of(path) {
+                index.by_hash.entry(h).or_default().push(path);
+            } else if tidemark::compact::is_compacted(path)
+                && dirs.is_none_or(|d| d.contains(&dir_of_path(path)))
+            {
+                for entry in self.manifest(source, path).await?.iter() {
+                    index.inside.insert(entry.path.clone(), path.clone());
+                    index
+                        .compacted_by_hash
+                        .entry(entry.key_hash.clone())
+                        .or_default()
+                        .push((path.clone(), entry.path.clone()));
+                }
+            }
+        }
+        Ok(index)
+    }
+
+    /// Rewrite the compacted file `path` without the rows of the original files `without`:
+    /// the Add of the new file (none when nothing is left) and the Remove of the old one.
+    async fn rewrite(
+        &self,
+        source: &Source,
+        path: &str,
+        without: &BTreeSet<String>,
+        active: &BTreeMap<String, Remove>,
+    ) -> Result<(Option<Add>, Remove), PublishError> {
+        let entries = self.manifest(source, path).await?;
+        let bytes = self.read_file(source, path).await?;
+        let input = tidemark::compact::Input {
+            path: path.to_string(),
+            bytes,
+            entries: entries.to_vec(),
+        };
+        let merged =
+            tidemark::compact::merge(std::slice::from_ref(&input), |e| !without.contains(&e.path))
+                .map_err(|e| self.file_error(source, path, e.to_string()))?;
+        let add = match merged {
+            Some((bytes, _, _)) => Some(
+                self.write_compacted(source, &dir_of_path(path), bytes, true)
+                    .await?,
+            ),
+            None => None,
+        };
+        info!(
+            source_id = source.id(),
+            file = path,
+            without = without.len(),
+            "compacted file rewritten without replaced or deleted objects"
+        );
+        Ok((add, active[path].clone()))
+    }
+
+    /// The bytes of the table file `path`.
+    pub(crate) async fn read_file(
+        &self,
+        source: &Source,
+        path: &str,
+    ) -> Result<bytes::Bytes, PublishError> {
+        use tokio::io::AsyncReadExt;
+        let out_key = format!("{}{path}", source.doc.output.prefix);
+        let bucket = &source.doc.output.bucket;
+        match self.store.get(bucket, &out_key, None).await {
+            Ok(tidemark::ports::GetOutcome::Found { mut body, .. }) => {
+                let mut bytes = Vec::new();
+                body.read_to_end(&mut bytes)
+                    .await
+                    .map_err(|e| self.file_error(source, path, e.to_string()))?;
+                Ok(bytes.into())
+            }
+            Ok(_) => Err(self.file_error(source, path, "missing".into())),
+            Err(e) => Err(self.file_error(source, path, e.to_string())),
+        }
+    }
+
+    /// Write a compacted file into the folder `dir` of the table: its Add action.
+    pub(crate) async fn write_compacted(
+        &self,
+        source: &Source,
+        dir: &str,
+        bytes: bytes::Bytes,
+        data_change: bool,
+    ) -> Result<Add, PublishError> {
+        let name = format!(
+            "{}{}.parquet",
+            tidemark::compact::FILE_PREFIX,
+            uuid::Uuid::new_v4().simple()
+        );
+        let path = if dir.is_empty() {
+            name
+        } else {
+            format!("{dir}/{name}")
+        };
+        let metadata =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
+                .map_err(|e| self.file_error(source, &path, e.to_string()))?
+                .metadata()
+                .clone();
+        let out_key = format!("{}{path}", source.doc.output.prefix);
+        let size = bytes.len() as i64;
+        self.store
+            .put(
+                &source.doc.output.bucket,
+                &out_key,
+                bytes,
+                &Default::default(),
+                &tidemark::ports::WriteCondition::Absent,
+            )
+            .await
+            .map_err(|e| self.file_error(source, &path, e.to_string()))?;
+        Ok(Add {
+            partition_values: partition_values(source, &path),
+            size,
+            modification_time: self.clock.now_ms(),
+            data_change,
+            stats: Some(stats::file_stats(&metadata, &source.doc.schema)),
+            path,
+            ..Default::default()
+        })
+    }
+
+    fn file_error(&self, source: &Source, path: &str, message: String) -> PublishError {
+        PublishError::Output {
+            source_id: source.id().to_string(),
+            key: String::new(),
+            output: format!(
+                "s3://{}/{}{path}",
+                source.doc.output.bucket, source.doc.output.prefix
+            ),
+            message,
+        }
+    }
+
+    /// The manifest of a compacted file (immutable, so kept for the life of the process).
+    async fn manifest(
+        &self,
+        source: &Source,
+        path: &str,
+    ) -> Result<Arc<Vec<tidemark::compact::Entry>>, PublishError> {
+        let out_key = format!("{}{path}", source.doc.output.prefix);
+        if let Some(m) = self.manifests.lock().expect("not poisoned").get(&out_key) {
+            return Ok(m.clone());
+        }
+        let bucket = &source.doc.output.bucket;
+        let fail = |message: String| PublishError::Output {
+            source_id: source.id().to_string(),
+            key: String::new(),
+            output: format!("s3://{bucket}/{out_key}"),
+            message,
+        };
+        let footer = match read_footer(self.store.as_ref(), bucket, &out_key, None).await {
+            Ok(Read::Found(f)) => f,
+            Ok(_) => return Err(fail("a compacted file of the table is missing".into())),
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        let entries = tidemark::compact::manifest(&footer.metadata)
+            .ok_or_else(|| fail("a compacted file without its manifest".into()))?;
+        let entries = Arc::new(entries);
+        self.manifests
+            .lock()
+            .expect("not poisoned")
+            .insert(out_key, entries.clone());
+        Ok(entries)
     }
 
     /// The size and statistics of an output, from its footer.
@@ -575,6 +781,69 @@ impl Publisher {
             Err(e) => Err(fail(e.to_string())),
         }
     }
+}
+
+/// The table's files, found by source key.
+struct Index<'a> {
+    /// Every active file, by path.
+    active: &'a BTreeMap<String, Remove>,
+    /// Per-object files by the key hash in their names.
+    by_hash: HashMap<&'a str, Vec<&'a String>>,
+    /// Original path → the active compacted file holding its rows.
+    inside: HashMap<String, String>,
+    /// Key hash → (compacted file, original path) of each of its entries.
+    compacted_by_hash: HashMap<String, Vec<(String, String)>>,
+}
+
+impl Index<'_> {
+    /// Does the table hold the rows of the file `path` (as itself, or inside a compacted file)?
+    fn holds(&self, path: &str) -> bool {
+        self.active.contains_key(path) || self.inside.contains_key(path)
+    }
+
+    /// Active per-object files of `key`: by its hash, and its pre-table output if active.
+    fn direct_paths_of<'s>(
+        &'s self,
+        source: &Source,
+        key: &str,
+        hash: &str,
+    ) -> impl Iterator<Item = &'s str> {
+        self.by_hash
+            .get(hash)
+            .into_iter()
+            .flatten()
+            .map(|p| p.as_str())
+            .chain(legacy(source, key, self.active).map(|p| p.as_str()))
+    }
+
+    /// Every path of `key` the table holds, compacted or not.
+    fn paths_of<'s>(
+        &'s self,
+        source: &Source,
+        key: &str,
+        hash: &str,
+    ) -> impl Iterator<Item = &'s str> {
+        self.direct_paths_of(source, key, hash).chain(
+            self.compacted_by_hash
+                .get(hash)
+                .into_iter()
+                .flatten()
+                .map(|(_, p)| p.as_str()),
+        )
+    }
+}
+
+/// The folder of an output key relative to the table root (`dt=…` or empty).
+pub(crate) fn dir_of(source: &Source, out_key: &str) -> String {
+    relative(source, out_key)
+        .map(dir_of_path)
+        .unwrap_or_default()
+}
+
+pub(crate) fn dir_of_path(path: &str) -> String {
+    path.rsplit_once('/')
+        .map(|(d, _)| d.to_string())
+        .unwrap_or_default()
 }
 
 /// The table's files, by path, each with the Remove action that would take it out.

@@ -1,22 +1,26 @@
 //! Table maintenance, run by one scheduled writer (never by the committer on its hot path):
 //! a checkpoint at the current version, removal of log files older than the log retention
-//! (only those a kept checkpoint makes unnecessary), and VACUUM of data files no snapshot
-//! within the file retention references: replaced and deleted objects' files, and leftovers
-//! of attempts that never committed.
+//! (only those a kept checkpoint makes unnecessary), VACUUM of data files no snapshot within
+//! the file retention references (replaced and deleted objects' files, leftovers of attempts
+//! that never committed) except those the ledger still names as an object's output, and
+//! compaction of closed partitions ([`Publisher::compact`], where the rule is stated).
 //!
-//! Concurrent committers are harmless to all three: a checkpoint describes one version
+//! Concurrent committers are harmless to all of them: a checkpoint describes one version
 //! already written, log cleanup keeps everything after the newest checkpoint older than the
-//! cutoff, and VACUUM only deletes files that are unreferenced at the latest version *and*
+//! cutoff, VACUUM only deletes files that are unreferenced at the latest version *and*
 //! older than the retention — a file the committer is about to add was committed to the
 //! ledger moments ago, so it is younger than any retention accepted here (at least one day,
-//! longer than a change feed record lives).
+//! longer than a change feed record lives) — and compaction commits only on top of the
+//! snapshot it read.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use deltalake::kernel::transaction::CommitProperties;
+use deltalake::kernel::Action;
 use deltalake::operations::vacuum::VacuumMode;
+use deltalake::protocol::DeltaOperation;
 use serde::Serialize;
+use tidemark::model::Status;
 
 use crate::{PublishError, Publisher, delta};
 
@@ -61,6 +65,9 @@ pub struct Maintained {
     pub log_files_removed: usize,
     /// Data files VACUUM deleted (or would delete, on a dry run).
     pub files_vacuumed: Vec<String>,
+    /// Unreferenced files kept because the ledger names them as an object's output (objects
+    /// compacted into a shared file).
+    pub files_kept: usize,
 }
 
 /// A VACUUM clock that reads the publisher's clock (so tests can move time).
@@ -106,6 +113,7 @@ impl Publisher {
             checkpoint: None,
             log_files_removed: 0,
             files_vacuumed: Vec::new(),
+            files_kept: 0,
         };
         if options.checkpoint && version > 0 && !options.dry_run {
             deltalake::checkpoints::create_checkpoint(&table, None)
@@ -126,22 +134,278 @@ impl Publisher {
             table.update_state().await.map_err(table_err)?;
         }
         if let Some(keep) = options.file_retention {
-            let props = CommitProperties::default()
-                .with_create_checkpoint(false)
-                .with_cleanup_expired_logs(Some(false));
+            // delta-rs lists what VACUUM may delete (unreferenced by every snapshot within the
+            // retention, older than it); files the ledger still names as an object's committed
+            // output are kept: an object compacted into a shared file keeps its own file, which
+            // reconcile checks (rows in the footer) and a rebuild of the table from the ledger
+            // reads. They go once the object changes.
             let (_, metrics) =
                 table
+                    .clone()
                     .vacuum()
                     .with_retention_period(chrono::Duration::from_std(keep).map_err(|e| {
                         table_err(deltalake::DeltaTableError::Generic(e.to_string()))
                     })?)
                     .with_mode(VacuumMode::Full)
-                    .with_dry_run(options.dry_run)
+                    .with_dry_run(true)
                     .with_clock(Arc::new(VacuumClock(self.clock.clone())))
-                    .with_commit_properties(props)
                     .await
                     .map_err(table_err)?;
-            done.files_vacuumed = metrics.files_deleted;
+            let named: std::collections::HashSet<String> = self
+                .ledger
+                .list(source_id)
+                .await?
+                .iter()
+                .filter_map(|r| r.committed.as_ref())
+                .flat_map(|c| c.outputs.iter())
+                .filter(|o| o.bucket == source.doc.output.bucket)
+                .filter_map(|o| o.key.strip_prefix(source.doc.output.prefix.as_str()))
+                .map(str::to_string)
+                .collect();
+            for path in metrics.files_deleted {
+                if named.contains(&path) {
+                    done.files_kept += 1;
+                    continue;
+                }
+                if !options.dry_run {
+                    let key = format!("{}{path}", source.doc.output.prefix);
+                    self.store
+                        .delete(&source.doc.output.bucket, &key, None)
+                        .await
+                        .map_err(|e| self.file_error(source, &path, e.to_string()))?;
+                }
+                done.files_vacuumed.push(path);
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// What compaction does.
+#[derive(Debug, Clone)]
+pub struct CompactOptions {
+    /// A partition is closed once its newest file is older than this.
+    pub compact_after: Duration,
+    /// Largest compacted file (by the inputs' sizes).
+    pub target_bytes: u64,
+    /// Attempts per partition when a committer commits first.
+    pub max_attempts: u32,
+}
+
+impl Default for CompactOptions {
+    fn default() -> Self {
+        Self {
+            compact_after: Duration::from_secs(24 * 3600),
+            target_bytes: 128 << 20,
+            max_attempts: 8,
+        }
+    }
+}
+
+/// What one compaction run did to one table.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Compacted {
+    /// The source.
+    pub source_id: String,
+    /// Partitions compacted.
+    pub partitions: usize,
+    /// Files merged.
+    pub files_in: usize,
+    /// Compacted files written (and committed).
+    pub files_out: usize,
+    /// Objects whose rows moved into compacted files.
+    pub objects: usize,
+    /// Partitions left alone because an object in them is not settled (claimed, pending,
+    /// failing): the ledger says it may change soon.
+    pub open: usize,
+    /// Table versions committed.
+    pub commits: Vec<i64>,
+    /// Commits lost to another writer (each retried from a fresh snapshot).
+    pub lost: u32,
+}
+
+/// A candidate input of a compaction.
+struct Candidate {
+    path: String,
+    size: i64,
+    compacted: bool,
+    remove: deltalake::kernel::Remove,
+}
+
+impl Publisher {
+    /// Compact the closed partitions of `source_id`'s table.
+    ///
+    /// **The rule.** A partition (a `dt=` folder, or the whole table when it has none) is
+    /// compacted when it holds at least two files under the target size, its newest file is
+    /// older than `compact_after`, and no record of the ledger whose output lies in it is
+    /// claimed, pending or failing. Its files are merged into compacted files that keep each
+    /// object's rows in row groups of their own and list them in their footer
+    /// ([`tidemark::compact`]), committed as Remove(inputs) + Add(compacted) with
+    /// `dataChange = false`, on top of the snapshot the inputs were read from and only there:
+    /// a commit of the committer in between makes the compaction's commit lose, and it is
+    /// recomputed from the new snapshot. Exactness does not rest on the partition being
+    /// closed (that only avoids rewriting files about to change): the committer treats an
+    /// object whose rows are in a compacted file as published, and a replace, delete or
+    /// forget of it rewrites that compacted file without exactly its row groups, in the
+    /// same commit as the new version's file.
+    pub async fn compact(
+        &self,
+        source_id: &str,
+        options: &CompactOptions,
+    ) -> Result<Compacted, PublishError> {
+        let source = self.source(source_id)?;
+        let table_err = |error| PublishError::Table {
+            source_id: source_id.to_string(),
+            error,
+        };
+        let mut done = Compacted {
+            source_id: source_id.to_string(),
+            ..Compacted::default()
+        };
+        let unsettled: std::collections::BTreeSet<String> = self
+            .ledger
+            .list(source_id)
+            .await?
+            .iter()
+            .filter(|r| {
+                matches!(r.status, Status::Claimed | Status::Pending | Status::Failed)
+                    || r.claim.is_some()
+                    || r.pending.is_some()
+            })
+            .map(|r| crate::dir_of(source, &source.output_key(&r.key)))
+            .collect();
+        let mut table = delta::open(&self.tables, source).await.map_err(table_err)?;
+        let dirs: std::collections::BTreeSet<String> = table
+            .snapshot()
+            .map_err(table_err)?
+            .log_data()
+            .iter()
+            .map(|f| crate::dir_of_path(&f.path()))
+            .collect();
+        let cutoff = self.clock.now_ms() - options.compact_after.as_millis() as i64;
+        for dir in dirs {
+            if unsettled.contains(&dir) {
+                done.open += 1;
+                continue;
+            }
+            for attempt in 1..=options.max_attempts.max(1) {
+                if attempt > 1 {
+                    table.update_state().await.map_err(table_err)?;
+                }
+                let snapshot = table.snapshot().map_err(table_err)?;
+                let mut newest = i64::MIN;
+                let mut candidates = Vec::new();
+                for f in snapshot.log_data().iter() {
+                    let path = f.path().into_owned();
+                    if crate::dir_of_path(&path) != dir {
+                        continue;
+                    }
+                    newest = newest.max(f.modification_time());
+                    let compacted = tidemark::compact::is_compacted(&path);
+                    let per_object = tidemark::config::table_key_hash_of(&path).is_some();
+                    if (compacted || per_object) && (f.size() as u64) < options.target_bytes {
+                        candidates.push(Candidate {
+                            remove: f.remove_action(false),
+                            path,
+                            size: f.size(),
+                            compacted,
+                        });
+                    }
+                }
+                if candidates.len() < 2 || newest > cutoff {
+                    break;
+                }
+                candidates.sort_by(|a, b| a.path.cmp(&b.path));
+                let mut groups: Vec<Vec<Candidate>> = vec![Vec::new()];
+                let mut size = 0u64;
+                for c in candidates {
+                    if size + c.size as u64 > options.target_bytes
+                        && !groups.last().expect("one").is_empty()
+                    {
+                        groups.push(Vec::new());
+                        size = 0;
+                    }
+                    size += c.size as u64;
+                    groups.last_mut().expect("one").push(c);
+                }
+                let mut actions = Vec::new();
+                let (mut files_in, mut files_out, mut objects) = (0, 0, 0);
+                for group in groups.into_iter().filter(|g| g.len() >= 2) {
+                    let mut inputs = Vec::with_capacity(group.len());
+                    for c in &group {
+                        let bytes = self.read_file(source, &c.path).await?;
+                        let entries = if c.compacted {
+                            self.manifest(source, &c.path).await?.to_vec()
+                        } else {
+                            let meta =
+                                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                                    bytes.clone(),
+                                )
+                                .map_err(|e| self.file_error(source, &c.path, e.to_string()))?
+                                .metadata()
+                                .clone();
+                            vec![tidemark::compact::Entry {
+                                key_hash: tidemark::config::table_key_hash_of(&c.path)
+                                    .expect("a per-object file")
+                                    .to_string(),
+                                path: c.path.clone(),
+                                rows: meta.row_groups().iter().map(|g| g.num_rows() as u64).sum(),
+                                row_groups: meta.num_row_groups(),
+                            }]
+                        };
+                        inputs.push(tidemark::compact::Input {
+                            path: c.path.clone(),
+                            bytes,
+                            entries,
+                        });
+                    }
+                    let Some((bytes, entries, _)) = tidemark::compact::merge(&inputs, |_| true)
+                        .map_err(|e| self.file_error(source, &dir, e.to_string()))?
+                    else {
+                        continue;
+                    };
+                    let add = self.write_compacted(source, &dir, bytes, false).await?;
+                    actions.push(Action::Add(add));
+                    actions.extend(group.into_iter().map(|c| Action::Remove(c.remove)));
+                    files_in += inputs.len();
+                    files_out += 1;
+                    objects += entries.len();
+                }
+                if actions.is_empty() {
+                    break;
+                }
+                let operation = DeltaOperation::Optimize {
+                    predicate: None,
+                    target_size: options.target_bytes as i64,
+                };
+                let metadata = serde_json::Map::from_iter([(
+                    "tidemark.compacted_partition".to_string(),
+                    dir.clone().into(),
+                )]);
+                match delta::commit_as(&table, actions, operation, None, metadata)
+                    .await
+                    .map_err(table_err)?
+                {
+                    delta::Attempt::Committed(v) => {
+                        done.partitions += 1;
+                        done.files_in += files_in;
+                        done.files_out += files_out;
+                        done.objects += objects;
+                        done.commits.push(v);
+                        table.update_state().await.map_err(table_err)?;
+                        break;
+                    }
+                    delta::Attempt::Lost => {
+                        done.lost += 1;
+                        if attempt == options.max_attempts.max(1) {
+                            return Err(PublishError::Contended {
+                                source_id: source_id.to_string(),
+                                attempts: attempt,
+                            });
+                        }
+                    }
+                }
+            }
         }
         Ok(done)
     }

@@ -779,7 +779,7 @@ async fn the_cli_publishes_and_shows_the_table(b: Backends) {
     assert_eq!(code, std::process::ExitCode::SUCCESS, "{text}");
     assert!(
         text.contains(
-            "checkpoint not written, 0 log file(s) removed, 0 data file(s) to vacuum (dry run)"
+            "checkpoint not written, 0 log file(s) removed, 0 data file(s) to vacuum (dry run) (0 kept"
         ),
         "{text}"
     );
@@ -923,8 +923,8 @@ async fn compaction_racing_replaces_stays_exact(b: Backends) {
     use publish::maintain::CompactOptions;
     let config = config(&b);
     let uri = table_uri(&b, &config, ORDERS);
-    let publisher = publisher(&b, &config);
     let compactor = publisher(&b, &config);
+    let publisher = publisher(&b, &config);
     let mut ev = Events::new(&b, &config);
     let key = |n: i64| format!("in/2026-04-01/{n}.csv");
     let mut current: BTreeMap<i64, (i64, usize)> = BTreeMap::new();

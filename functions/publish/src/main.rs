@@ -1,13 +1,27 @@
-//! The publish Lambda: the table committer. Triggered by the ledger table's DynamoDB stream
-//! (batches of changed keys, see `publish::stream`); a scheduled or manual invoke with any
-//! other payload (`{}` or `{"source": "<id>"}`) sweeps: it compares every record of each
-//! table source (or the one named) with its table and publishes the difference.
+//! The publish Lambda: the table committer, and (as a second function of the same code) the
+//! tables' maintenance.
+//!
+//! - A batch of the ledger table's DynamoDB stream (changed keys, see `publish::stream`):
+//!   publish those keys; failed sources are reported as batch item failures.
+//! - Any other payload (`{}` from the daily schedule, or `{"source": "<id>"}`): sweep each
+//!   table source (or the one named): compare every record with its table and publish the
+//!   difference. Every source is tried; the invocation fails after if one failed.
+//! - `{"maintain": {...}}` (only where `TIDEMARK_MAINTENANCE=1`, the function deployed with a
+//!   reserved concurrency of one: maintenance is single-writer): compact closed partitions,
+//!   then checkpoint, clean the log and VACUUM. Fields, all optional: `source`, `compact`
+//!   (default true), `compact_after` ("1d"), `file_retention` ("7d", "0" = no VACUUM),
+//!   `log_retention` ("30d"), `dry_run` (false).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use publish::maintain::{CompactOptions, MaintainOptions};
 use publish::{Publisher, TableStore};
 use serde_json::{Value, json};
+
+/// Set to `1` on the maintenance function only.
+const ENV_MAINTENANCE: &str = "TIDEMARK_MAINTENANCE";
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -21,26 +35,84 @@ async fn main() -> Result<(), Error> {
         TableStore::s3_from_env(),
         Arc::new(tidemark::ports::SystemClock),
     );
+    let maintenance = std::env::var(ENV_MAINTENANCE).is_ok_and(|v| v == "1");
     let publisher = &publisher;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
-        handle(publisher, event.payload).await
+        handle(publisher, maintenance, event.payload).await
     }))
     .await
 }
 
-async fn handle(publisher: &Publisher, payload: Value) -> Result<Value, Error> {
+async fn handle(publisher: &Publisher, maintenance: bool, payload: Value) -> Result<Value, Error> {
     if payload.get("Records").is_some() {
         let event: aws_lambda_events::event::dynamodb::Event = serde_json::from_value(payload)?;
         let (_, response) = publish::stream::handle(publisher, &event).await;
         return Ok(serde_json::to_value(response)?);
     }
+    if let Some(m) = payload.get("maintain") {
+        if !maintenance {
+            return Err(format!(
+                "maintenance runs only on the maintenance function ({ENV_MAINTENANCE}=1, one \
+                 at a time); this one publishes"
+            )
+            .into());
+        }
+        return maintain(publisher, m).await;
+    }
     let only = payload.get("source").and_then(Value::as_str);
+    let mut done = Vec::new();
+    let mut failed = Vec::new();
+    for source in publisher.table_sources() {
+        if only.is_some_and(|id| id != source.id()) {
+            continue;
+        }
+        match publisher.publish_all(source.id()).await {
+            Ok(p) => done.push(p),
+            Err(e) => {
+                tracing::error!(source_id = source.id(), error = %e, "sweep failed");
+                failed.push(format!("{}: {e}", source.id()));
+            }
+        }
+    }
+    if !failed.is_empty() {
+        return Err(format!("sweep failed for {}", failed.join("; ")).into());
+    }
+    Ok(json!({ "published": done }))
+}
+
+fn duration(v: &Value, field: &str, default: &str) -> Result<Option<Duration>, Error> {
+    let text = v.get(field).and_then(Value::as_str).unwrap_or(default);
+    if text == "0" {
+        return Ok(None);
+    }
+    let ms = tidemark::config::parse_duration_ms(text).map_err(|e| format!("{field}: {e}"))?;
+    Ok(Some(Duration::from_millis(ms as u64)))
+}
+
+async fn maintain(publisher: &Publisher, m: &Value) -> Result<Value, Error> {
+    let only = m.get("source").and_then(Value::as_str);
+    let compact = m.get("compact").and_then(Value::as_bool).unwrap_or(true);
+    let compact_options = CompactOptions {
+        compact_after: duration(m, "compact_after", "1d")?.unwrap_or(Duration::ZERO),
+        ..CompactOptions::default()
+    };
+    let options = MaintainOptions {
+        checkpoint: true,
+        log_retention: duration(m, "log_retention", "30d")?,
+        file_retention: duration(m, "file_retention", "7d")?,
+        dry_run: m.get("dry_run").and_then(Value::as_bool).unwrap_or(false),
+    };
     let mut done = Vec::new();
     for source in publisher.table_sources() {
         if only.is_some_and(|id| id != source.id()) {
             continue;
         }
-        done.push(publisher.publish_all(source.id()).await?);
+        let compacted = match compact && !options.dry_run {
+            true => Some(publisher.compact(source.id(), &compact_options).await?),
+            false => None,
+        };
+        let maintained = publisher.maintain(source.id(), &options).await?;
+        done.push(json!({"compacted": compacted, "maintained": maintained}));
     }
-    Ok(json!({ "published": done }))
+    Ok(json!({ "maintained": done }))
 }

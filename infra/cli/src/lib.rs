@@ -187,10 +187,12 @@ pub enum Command {
         #[arg(long)]
         source: Option<String>,
     },
-    /// Maintain the Delta tables: a checkpoint, log files older than --log-retention removed
-    /// (behind a checkpoint), VACUUM of data files unreferenced for --file-retention (replaced
-    /// and deleted objects' files, leftovers of attempts that never committed). One writer at
-    /// a time: not beside another `maintain`.
+    /// Maintain the Delta tables: compaction of closed partitions (newest file older than
+    /// --compact-after, no object in them in flight), a checkpoint, log files older than
+    /// --log-retention removed (behind a checkpoint), VACUUM of data files unreferenced for
+    /// --file-retention (replaced and deleted objects' files, leftovers of attempts that never
+    /// committed) except those the ledger names. One writer at a time: not beside another
+    /// `maintain`.
     Maintain(commands::table::MaintainArgs),
     /// Run a Lambda handler in-process on an event file, against the chosen backends.
     Invoke {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use publish::maintain::{MaintainOptions, Maintained};
+use publish::maintain::{CompactOptions, Compacted, MaintainOptions, Maintained};
 use publish::{Published, TableCheck};
 use serde::Serialize;
 
@@ -126,6 +126,12 @@ pub struct MaintainArgs {
     /// Write no checkpoint.
     #[arg(long)]
     pub no_checkpoint: bool,
+    /// Compact no partition.
+    #[arg(long)]
+    pub no_compact: bool,
+    /// A partition is closed (compacted) once its newest file is older than this.
+    #[arg(long, default_value = "1d")]
+    pub compact_after: String,
     /// Remove log files older than this (behind a checkpoint): `30d`, `12h`; `0` keeps all.
     #[arg(long, default_value = "30d")]
     pub log_retention: String,
@@ -160,13 +166,32 @@ pub async fn maintain_command(
     };
     let ids = table_sources(backend, args.source.as_deref())?;
     let publisher = backend.publisher()?;
+    let compact = CompactOptions {
+        compact_after: retention(&args.compact_after, "compact-after")?.unwrap_or(Duration::ZERO),
+        ..CompactOptions::default()
+    };
     let mut done: Vec<Maintained> = Vec::new();
+    let mut compacted: Vec<Compacted> = Vec::new();
     for id in ids {
+        if !args.no_compact && !args.dry_run {
+            compacted.push(publisher.compact(id, &compact).await?);
+        }
         done.push(publisher.maintain(id, &options).await?);
     }
     if json {
-        print_json(out, &done)?;
+        print_json(
+            out,
+            &serde_json::json!({"compacted": compacted, "maintained": done}),
+        )?;
         return Ok(ExitCode::SUCCESS);
+    }
+    for c in &compacted {
+        writeln!(
+            out,
+            "table {}: compacted {} partition(s): {} file(s) of {} object(s) into {} ({} left open: \
+             an object in them may change; {} commit(s) lost to the committer and redone)",
+            c.source_id, c.partitions, c.files_in, c.objects, c.files_out, c.open, c.lost
+        )?;
     }
     if done.is_empty() {
         writeln!(out, "no source publishes a table (output.table)")?;
@@ -174,7 +199,7 @@ pub async fn maintain_command(
     for m in &done {
         writeln!(
             out,
-            "table {}: version {}: checkpoint {}, {} log file(s) removed, {} data file(s) {}",
+            "table {}: version {}: checkpoint {}, {} log file(s) removed, {} data file(s) {} ({} kept: the ledger names them)",
             m.source_id,
             m.version,
             m.checkpoint
@@ -185,7 +210,8 @@ pub async fn maintain_command(
                 "to vacuum (dry run)"
             } else {
                 "vacuumed"
-            }
+            },
+            m.files_kept
         )?;
         for f in &m.files_vacuumed {
             writeln!(out, "  {f}")?;

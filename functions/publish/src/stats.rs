@@ -118,3 +118,95 @@ fn timestamp_ms(ms: i64) -> Option<Value> {
     let t = chrono::DateTime::from_timestamp_millis(ms)?;
     Some(json!(t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{
+        ArrayRef, Date32Array, Float64Array, Int64Array, RecordBatch, StringArray,
+        TimestampMicrosecondArray,
+    };
+    use parquet::arrow::ArrowWriter;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use serde_json::Value;
+
+    use super::*;
+
+    fn spec(name: &str, ty: ColumnType) -> ColumnSpec {
+        ColumnSpec {
+            name: name.into(),
+            ty,
+            nullable: true,
+        }
+    }
+
+    #[test]
+    fn bounds_are_exact_or_wider_and_absent_where_unsafe() {
+        let long = "x".repeat(40);
+        let columns: Vec<(&str, ArrayRef)> = vec![
+            (
+                "id",
+                Arc::new(Int64Array::from(vec![Some(7), None, Some(-3)])),
+            ),
+            (
+                "s",
+                Arc::new(StringArray::from(vec![Some("b"), Some("a"), None])),
+            ),
+            (
+                "long",
+                Arc::new(StringArray::from(vec![
+                    Some(long.as_str()),
+                    Some("a"),
+                    Some("c"),
+                ])),
+            ),
+            (
+                "f",
+                Arc::new(Float64Array::from(vec![Some(1.5), Some(f64::NAN), None])),
+            ),
+            (
+                "d",
+                Arc::new(Date32Array::from(vec![Some(19_000), Some(19_001), None])),
+            ),
+            (
+                "t",
+                Arc::new(
+                    TimestampMicrosecondArray::from(vec![Some(1_500), Some(2_001), None])
+                        .with_timezone("+00:00"),
+                ),
+            ),
+        ];
+        let batch = RecordBatch::try_from_iter(columns).unwrap();
+        let mut w = ArrowWriter::try_new(Vec::new(), batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        let bytes = bytes::Bytes::from(w.into_inner().unwrap());
+        let meta = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .metadata()
+            .clone();
+        let specs = [
+            spec("id", ColumnType::Int64),
+            spec("s", ColumnType::String),
+            spec("long", ColumnType::String),
+            spec("f", ColumnType::Float64),
+            spec("d", ColumnType::Date),
+            spec("t", ColumnType::Timestamp),
+        ];
+        let stats: Value = serde_json::from_str(&file_stats(&meta, &specs)).unwrap();
+        assert_eq!(stats["numRecords"], 3);
+        assert_eq!(stats["minValues"]["id"], -3);
+        assert_eq!(stats["maxValues"]["id"], 7);
+        assert_eq!(stats["minValues"]["s"], "a");
+        assert_eq!(stats["maxValues"]["s"], "b");
+        assert!(stats["minValues"].get("long").is_none(), "{stats}");
+        assert!(stats["minValues"].get("f").is_none(), "{stats}");
+        assert_eq!(stats["minValues"]["d"], "2022-01-08");
+        assert_eq!(stats["maxValues"]["d"], "2022-01-09");
+        // 1,500 µs and 2,001 µs: the minimum rounded down, the maximum up, to the ms.
+        assert_eq!(stats["minValues"]["t"], "1970-01-01T00:00:00.001Z");
+        assert_eq!(stats["maxValues"]["t"], "1970-01-01T00:00:00.003Z");
+        assert_eq!(stats["nullCount"]["id"], 1);
+        assert_eq!(stats["nullCount"]["f"], 1);
+    }
+}

@@ -87,3 +87,48 @@ pub async fn handle(
     response.batch_item_failures = failures.into_iter().take(1).collect();
     (published, response)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ledger_keys_split_into_source_and_object_key() {
+        assert_eq!(
+            source_key("orders/in/a b.csv"),
+            Some(("orders", "in/a b.csv"))
+        );
+        assert_eq!(source_key("orders/in/x/y/z"), Some(("orders", "in/x/y/z")));
+        assert_eq!(source_key("~audit/orders/1/2"), None);
+        assert_eq!(source_key("~registry/orders"), None);
+        assert_eq!(source_key("no-slash"), None);
+    }
+
+    #[test]
+    fn a_stream_batch_gives_the_keys_in_order() {
+        let event: Event = serde_json::from_value(serde_json::json!({"Records": [
+            {"eventID": "1", "eventName": "MODIFY", "eventVersion": "1.1",
+             "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+             "dynamodb": {"ApproximateCreationDateTime": 1700000000,
+                          "Keys": {"pk": {"S": "orders/in/a.csv"}},
+                          "SequenceNumber": "100", "SizeBytes": 30,
+                          "StreamViewType": "KEYS_ONLY"},
+             "eventSourceARN": "arn:aws:dynamodb:us-east-1:1:table/t/stream/x"},
+            {"eventID": "2", "eventName": "INSERT", "eventVersion": "1.1",
+             "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+             "dynamodb": {"ApproximateCreationDateTime": 1700000001,
+                          "Keys": {"pk": {"S": "~audit/orders/1"}},
+                          "SequenceNumber": "101", "SizeBytes": 30,
+                          "StreamViewType": "KEYS_ONLY"},
+             "eventSourceARN": "arn:aws:dynamodb:us-east-1:1:table/t/stream/x"}
+        ]}))
+        .unwrap();
+        assert_eq!(
+            keys_of(&event),
+            [
+                ("orders/in/a.csv".to_string(), Some("100".to_string())),
+                ("~audit/orders/1".to_string(), Some("101".to_string())),
+            ]
+        );
+    }
+}

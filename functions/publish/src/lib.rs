@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use deltalake::kernel::{Action, Add, Remove};
 use deltalake::{DeltaTable, DeltaTableError};
+use futures::StreamExt;
 use serde::Serialize;
 use tidemark::config::{Config, Partitioning, Source, table_key_hash, table_key_hash_of};
 use tidemark::error::LedgerError;
@@ -46,6 +47,9 @@ use tidemark::reconcile::outputs::{Read, read_footer};
 use tracing::{info, warn};
 
 pub use delta::TableStore;
+
+/// Footers of new files read at once.
+const FOOTER_READS: usize = 32;
 
 /// A step of a publish, where a test can stop it as a crash would.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,6 +180,8 @@ pub struct Publisher {
     pub settings: Settings,
     /// Manifests of compacted files read so far (they never change), by output key.
     manifests: std::sync::Mutex<HashMap<String, Arc<Vec<tidemark::compact::Entry>>>>,
+    /// Tables loaded by earlier publishes of this process, by source id.
+    open_tables: std::sync::Mutex<HashMap<String, DeltaTable>>,
 }
 
 /// What a publish compares.
@@ -248,6 +254,7 @@ impl Publisher {
             faults: Arc::new(NoFaults),
             settings: Settings::default(),
             manifests: Default::default(),
+            open_tables: Default::default(),
         }
     }
 
@@ -293,7 +300,35 @@ impl Publisher {
             source_id: id.to_string(),
             error,
         };
-        let mut table = delta::open(&self.tables, source).await.map_err(table_err)?;
+        // A warm process keeps each table's snapshot and brings it up to date by reading only
+        // the commits since (a cold one reads the last checkpoint and the log after it).
+        let cached = self.open_tables.lock().expect("not poisoned").remove(id);
+        let mut table = match cached {
+            Some(mut t) => {
+                t.update_state().await.map_err(table_err)?;
+                t
+            }
+            None => delta::open(&self.tables, source).await.map_err(table_err)?,
+        };
+        let result = self.publish_on(source, &scope, &mut table).await;
+        self.open_tables
+            .lock()
+            .expect("not poisoned")
+            .insert(id.to_string(), table);
+        result
+    }
+
+    async fn publish_on(
+        &self,
+        source: &Source,
+        scope: &Scope<'_>,
+        table: &mut DeltaTable,
+    ) -> Result<Published, PublishError> {
+        let id = source.id();
+        let table_err = |error| PublishError::Table {
+            source_id: id.to_string(),
+            error,
+        };
         let mut footers: HashMap<String, (i64, String)> = HashMap::new();
         let max = self.settings.max_attempts.max(1);
         for attempt in 1..=max {
@@ -302,8 +337,8 @@ impl Publisher {
                 table.update_state().await.map_err(table_err)?;
             }
             self.faults.check(Step::Loaded, id)?;
-            let active = active_files(&table).map_err(table_err)?;
-            let plan = self.plan(source, &scope, &active).await?;
+            let active = active_files(table).map_err(table_err)?;
+            let plan = self.plan(source, scope, &active).await?;
             let txn = table
                 .snapshot()
                 .map_err(table_err)?
@@ -324,11 +359,26 @@ impl Publisher {
                 });
             }
             let mut actions = Vec::with_capacity(plan.adds.len() + plan.removes.len());
-            for (key, out_key, committed_at) in &plan.adds {
-                if !footers.contains_key(out_key) {
-                    let footer = self.footer(source, key, out_key).await?;
-                    footers.insert(out_key.clone(), footer);
-                }
+            // The new files' footers, read concurrently (kept across attempts).
+            let wanted: Vec<(&String, &String)> = plan
+                .adds
+                .iter()
+                .filter(|(_, out_key, _)| !footers.contains_key(out_key))
+                .map(|(key, out_key, _)| (key, out_key))
+                .collect();
+            let read: Vec<Result<(String, (i64, String)), PublishError>> =
+                futures::stream::iter(wanted)
+                    .map(|(key, out_key)| async move {
+                        Ok((out_key.clone(), self.footer(source, key, out_key).await?))
+                    })
+                    .buffer_unordered(FOOTER_READS)
+                    .collect()
+                    .await;
+            for r in read {
+                let (out_key, footer) = r?;
+                footers.insert(out_key, footer);
+            }
+            for (_, out_key, committed_at) in &plan.adds {
                 let (size, stats) = footers[out_key].clone();
                 let path = relative(source, out_key).expect("planned under the table root");
                 actions.push(Action::Add(Add {
@@ -358,7 +408,7 @@ impl Publisher {
                 ("tidemark.files_removed".to_string(), removed.into()),
             ]);
             let now = self.clock.now_ms();
-            match delta::commit(&table, source, actions, next_txn, now, metadata)
+            match delta::commit(table, source, actions, next_txn, now, metadata)
                 .await
                 .map_err(table_err)?
             {

@@ -48,6 +48,9 @@ use tracing::{info, warn};
 
 pub use delta::TableStore;
 
+/// A data file's size and statistics JSON.
+type Footer = (i64, String);
+
 /// Footers of new files read at once.
 const FOOTER_READS: usize = 32;
 
@@ -329,7 +332,7 @@ impl Publisher {
             source_id: id.to_string(),
             error,
         };
-        let mut footers: HashMap<String, (i64, String)> = HashMap::new();
+        let mut footers: HashMap<String, Footer> = HashMap::new();
         let max = self.settings.max_attempts.max(1);
         for attempt in 1..=max {
             if attempt > 1 {
@@ -366,14 +369,13 @@ impl Publisher {
                 .filter(|(_, out_key, _)| !footers.contains_key(out_key))
                 .map(|(key, out_key, _)| (key, out_key))
                 .collect();
-            let read: Vec<Result<(String, (i64, String)), PublishError>> =
-                futures::stream::iter(wanted)
-                    .map(|(key, out_key)| async move {
-                        Ok((out_key.clone(), self.footer(source, key, out_key).await?))
-                    })
-                    .buffer_unordered(FOOTER_READS)
-                    .collect()
-                    .await;
+            let read: Vec<Result<(String, Footer), PublishError>> = futures::stream::iter(wanted)
+                .map(|(key, out_key)| async move {
+                    Ok((out_key.clone(), self.footer(source, key, out_key).await?))
+                })
+                .buffer_unordered(FOOTER_READS)
+                .collect()
+                .await;
             for r in read {
                 let (out_key, footer) = r?;
                 footers.insert(out_key, footer);

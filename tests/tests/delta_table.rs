@@ -973,3 +973,87 @@ async fn compaction_racing_replaces_stays_exact_aws() {
 async fn compaction_racing_replaces_stays_exact_embedded() {
     compaction_racing_replaces_stays_exact(Backends::embedded().await).await;
 }
+
+/// The Lambda's stream path: a batch of DynamoDB stream records (as the event source mapping
+/// delivers them, `KEYS_ONLY`) naming the keys ingest wrote, audit items and a source without
+/// a table among them, publishes exactly; a source whose publish fails is reported with the
+/// sequence number of its first record, and the batch delivered again publishes it.
+async fn a_stream_batch_publishes_its_keys(b: Backends) {
+    let config = config(&b);
+    let uri = table_uri(&b, &config, ORDERS);
+    let publisher = publisher(&b, &config);
+    let mut ev = Events::new(&b, &config);
+    ev.put("in/2026-03-01/a.csv", &csv(1, 4)).await;
+    ev.put("in/2026-03-01/b.csv", &csv(5, 4)).await;
+    ev.put("json/x.jsonl", &tidemark_tests::orders_jsonl(50, 2).0)
+        .await;
+    ev.put("keep/k.csv", &csv(70, 3)).await;
+    let record = |seq: u64, pk: &str| {
+        json!({"eventID": format!("e{seq}"), "eventName": "MODIFY", "eventVersion": "1.1",
+               "eventSource": "aws:dynamodb", "awsRegion": "us-east-1",
+               "dynamodb": {"ApproximateCreationDateTime": 1_700_000_000 + seq,
+                            "Keys": {"pk": {"S": pk}}, "SequenceNumber": seq.to_string(),
+                            "SizeBytes": 40, "StreamViewType": "KEYS_ONLY"},
+               "eventSourceARN": "arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/s"})
+    };
+    let batch = |records: Vec<Value>| -> aws_lambda_events::event::dynamodb::Event {
+        serde_json::from_value(json!({ "Records": records })).unwrap()
+    };
+    // The archive's object has lost its output: its publish fails, the orders' goes through.
+    let r = b.ledger.get(ARCHIVE, "keep/k.csv").await.unwrap().unwrap();
+    let lost = r.committed.unwrap().outputs[0].key.clone();
+    b.store.delete(&b.lake, &lost, None).await.unwrap();
+    let event = batch(vec![
+        record(100, "orders/in/2026-03-01/a.csv"),
+        record(101, "~audit/orders/000000000000001/x"),
+        record(102, "orders/in/2026-03-01/a.csv"),
+        record(103, "archive/keep/k.csv"),
+        record(104, "orders_json/json/x.jsonl"),
+        record(105, "orders/in/2026-03-01/b.csv"),
+    ]);
+    let (published, response) = publish::stream::handle(&publisher, &event).await;
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(
+        (published[0].added, published[0].keys),
+        (2, 2),
+        "{published:?}"
+    );
+    assert_eq!(ids(&read(&uri, None)), range(1, 8), "{}", b.name);
+    let failures: Vec<Option<String>> = response
+        .batch_item_failures
+        .iter()
+        .map(|f| f.item_identifier.clone())
+        .collect();
+    assert_eq!(failures, [Some("103".to_string())], "{}", b.name);
+    // Repaired (the object processed again), the batch comes back from 103: published once.
+    let r = b.ledger.get(ARCHIVE, "keep/k.csv").await.unwrap().unwrap();
+    b.ledger.delete(ARCHIVE, "keep/k.csv", r.rev).await.unwrap();
+    ev.put("keep/k.csv", &csv(70, 3)).await;
+    let again = batch(vec![
+        record(103, "archive/keep/k.csv"),
+        record(104, "orders_json/json/x.jsonl"),
+        record(105, "orders/in/2026-03-01/b.csv"),
+    ]);
+    let (published, response) = publish::stream::handle(&publisher, &again).await;
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    let by_source: BTreeMap<&str, (usize, Option<i64>)> = published
+        .iter()
+        .map(|p| (p.source_id.as_str(), (p.added, p.committed)))
+        .collect();
+    assert_eq!(by_source[ARCHIVE].0, 1, "{published:?}");
+    assert_eq!(by_source[ORDERS], (0, None), "{published:?}");
+    assert_eq!(
+        ids(&read(&table_uri(&b, &config, ARCHIVE), None)),
+        range(70, 72)
+    );
+}
+
+#[tokio::test]
+async fn a_stream_batch_publishes_its_keys_aws() {
+    a_stream_batch_publishes_its_keys(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn a_stream_batch_publishes_its_keys_embedded() {
+    a_stream_batch_publishes_its_keys(Backends::embedded().await).await;
+}

@@ -165,6 +165,39 @@ pub struct Published {
     pub attempts: u32,
 }
 
+impl Published {
+    /// The CloudWatch metric line (embedded metric format, namespace `tidemark`) of this
+    /// publish: files added and removed, the table version, and — for a sweep — `TableDrift`,
+    /// the files the sweep had to add or remove: what the change feed did not publish (zero
+    /// when the stream path works; alarmed).
+    pub fn metric_line(&self, now_ms: i64, sweep: bool) -> String {
+        let mut metrics = vec![
+            serde_json::json!({"Name": "TableFilesAdded", "Unit": "Count"}),
+            serde_json::json!({"Name": "TableFilesRemoved", "Unit": "Count"}),
+            serde_json::json!({"Name": "TableVersion", "Unit": "None"}),
+        ];
+        let mut line = serde_json::json!({
+            "source_id": self.source_id,
+            "TableFilesAdded": self.added,
+            "TableFilesRemoved": self.removed,
+            "TableVersion": self.table_version,
+        });
+        if sweep {
+            metrics.push(serde_json::json!({"Name": "TableDrift", "Unit": "Count"}));
+            line["TableDrift"] = (self.added + self.removed).into();
+        }
+        line["_aws"] = serde_json::json!({
+            "Timestamp": now_ms,
+            "CloudWatchMetrics": [{
+                "Namespace": "tidemark",
+                "Dimensions": [["source_id"]],
+                "Metrics": metrics,
+            }],
+        });
+        line.to_string()
+    }
+}
+
 /// The committer: the ledger and lake of a deployment, and where its tables live.
 pub struct Publisher {
     /// The sources document.
@@ -955,4 +988,40 @@ fn partition_values(source: &Source, path: &str) -> HashMap<String, Option<Strin
         .filter(|v| *v != "__HIVE_DEFAULT_PARTITION__")
         .map(str::to_string);
     HashMap::from([(delta::DATE_PARTITION.to_string(), value)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sweep_reports_its_drift_and_a_stream_publish_does_not() {
+        let p = Published {
+            source_id: "orders".into(),
+            committed: Some(7),
+            table_version: 7,
+            txn_version: Some(6),
+            added: 2,
+            removed: 1,
+            keys: 10,
+            attempts: 1,
+        };
+        let sweep: serde_json::Value = serde_json::from_str(&p.metric_line(1_000, true)).unwrap();
+        assert_eq!(sweep["TableDrift"], 3);
+        assert_eq!(sweep["TableFilesAdded"], 2);
+        assert_eq!(sweep["TableVersion"], 7);
+        assert_eq!(
+            sweep["_aws"]["CloudWatchMetrics"][0]["Namespace"],
+            "tidemark"
+        );
+        let names: Vec<&str> = sweep["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["Name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"TableDrift"), "{names:?}");
+        let stream: serde_json::Value = serde_json::from_str(&p.metric_line(1_000, false)).unwrap();
+        assert!(stream.get("TableDrift").is_none(), "{stream}");
+    }
 }

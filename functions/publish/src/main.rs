@@ -5,7 +5,9 @@
 //!   publish those keys; failed sources are reported as batch item failures.
 //! - Any other payload (`{}` from the daily schedule, or `{"source": "<id>"}`): sweep each
 //!   table source (or the one named): compare every record with its table and publish the
-//!   difference. Every source is tried; the invocation fails after if one failed.
+//!   difference. Every source is tried; the invocation fails after if one failed. Each
+//!   publish prints a metric line (`TableFilesAdded`, `TableFilesRemoved`, `TableVersion`;
+//!   for a sweep `TableDrift`: what the change feed had not published).
 //! - `{"maintain": {...}}` (only where `TIDEMARK_MAINTENANCE=1`, the function deployed with a
 //!   reserved concurrency of one: maintenance is single-writer): compact closed partitions,
 //!   then checkpoint, clean the log and VACUUM. Fields, all optional: `source`, `compact`
@@ -46,7 +48,11 @@ async fn main() -> Result<(), Error> {
 async fn handle(publisher: &Publisher, maintenance: bool, payload: Value) -> Result<Value, Error> {
     if payload.get("Records").is_some() {
         let event: aws_lambda_events::event::dynamodb::Event = serde_json::from_value(payload)?;
-        let (_, response) = publish::stream::handle(publisher, &event).await;
+        let (published, response) = publish::stream::handle(publisher, &event).await;
+        let now = publisher.clock.now_ms();
+        for p in &published {
+            println!("{}", p.metric_line(now, false));
+        }
         return Ok(serde_json::to_value(response)?);
     }
     if let Some(m) = payload.get("maintain") {
@@ -67,7 +73,10 @@ async fn handle(publisher: &Publisher, maintenance: bool, payload: Value) -> Res
             continue;
         }
         match publisher.publish_all(source.id()).await {
-            Ok(p) => done.push(p),
+            Ok(p) => {
+                println!("{}", p.metric_line(publisher.clock.now_ms(), true));
+                done.push(p)
+            }
             Err(e) => {
                 tracing::error!(source_id = source.id(), error = %e, "sweep failed");
                 failed.push(format!("{}: {e}", source.id()));

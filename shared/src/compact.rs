@@ -72,7 +72,11 @@ pub fn is_compacted(path: &str) -> bool {
 /// The manifest of a compacted file, from its footer; `None` for any other file.
 pub fn manifest(metadata: &ParquetMetaData) -> Option<Vec<Entry>> {
     let kv = metadata.file_metadata().key_value_metadata()?;
-    let text = kv.iter().find(|k| k.key == MANIFEST_KEY)?.value.as_deref()?;
+    let text = kv
+        .iter()
+        .find(|k| k.key == MANIFEST_KEY)?
+        .value
+        .as_deref()?;
     serde_json::from_str(text).ok()
 }
 
@@ -141,8 +145,9 @@ pub fn merge(
             for batch in reader {
                 let batch = batch.map_err(parquet::errors::ParquetError::from)?;
                 rows += batch.num_rows() as u64;
-                let batch = RecordBatch::try_new(strip(batch.schema_ref()), batch.columns().to_vec())
-                    .map_err(parquet::errors::ParquetError::from)?;
+                let batch =
+                    RecordBatch::try_new(strip(batch.schema_ref()), batch.columns().to_vec())
+                        .map_err(parquet::errors::ParquetError::from)?;
                 w.write(&batch)?;
             }
             w.flush()?;
@@ -255,7 +260,10 @@ mod tests {
             .clone();
         assert_eq!(manifest(&meta).unwrap(), entries);
         assert_eq!(
-            entries.iter().map(|e| (e.key_hash.as_str(), e.rows)).collect::<Vec<_>>(),
+            entries
+                .iter()
+                .map(|e| (e.key_hash.as_str(), e.rows))
+                .collect::<Vec<_>>(),
             [("a", 5), ("b", 3), ("c", 4)]
         );
         // Without b, then without a: the rest, exactly.
@@ -267,7 +275,10 @@ mod tests {
         let (bytes, entries, rows) = merge(std::slice::from_ref(&compacted), |e| e.key_hash != "b")
             .unwrap()
             .unwrap();
-        assert_eq!((rows, ids(&bytes)), (9, vec![0, 1, 2, 3, 4, 20, 21, 22, 23]));
+        assert_eq!(
+            (rows, ids(&bytes)),
+            (9, vec![0, 1, 2, 3, 4, 20, 21, 22, 23])
+        );
         let again = Input {
             path: "compacted-2.parquet".into(),
             bytes,
@@ -288,7 +299,11 @@ mod tests {
         input.entries[0].row_groups = 2;
         assert!(matches!(
             merge(&[input], |_| true),
-            Err(CompactError::Manifest { listed: 2, found: 1, .. })
+            Err(CompactError::Manifest {
+                listed: 2,
+                found: 1,
+                ..
+            })
         ));
     }
 }

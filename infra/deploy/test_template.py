@@ -12,12 +12,12 @@ resource. The tables below are the contract between the Rust code and the templa
   per-function modules). The roles must grant exactly what these calls need, on exactly those
   resources: a new grant fails the test, and so does a new call, because the test also
   re-derives the calls from the source (`store.X(` / `ledger.X(` / `queue.X(` / `client.X()`,
-  and per adapter method the SDK operations it sends) and compares. The publish function is
-  one mode of a binary that also maintains the tables: its calls are read from the fns it
+  and per adapter method the SDK operations it sends) and compares. Two functions are one
+  binary in two modes (publish and maintenance): their calls are read from the fns each mode
   reaches (ENTRY_POINTS), not from the whole crate.
 * LIBRARY_CALLS: AWS calls a library makes with a client of its own (delta-rs's S3 client in
-  the publish function), which the derivation cannot see: declared with the reason, granted
-  like SDK_CALLS, and kept true by test_library_calls_still_describe_the_code.
+  the publish and maintenance functions), which the derivation cannot see: declared with the
+  reason, granted like SDK_CALLS, and kept true by test_library_calls_still_describe_the_code.
 * PLATFORM_GRANTS: what Lambda, SQS, KMS and CloudWatch Logs need on the function's behalf
   (log delivery, queue polling, dead letters, encrypted environment / queues / table).
 * ENV: the environment variables each function reads; the template must set exactly these.
@@ -37,7 +37,7 @@ from cfnlint.decode import cfn_yaml
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 
-FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction", "PublishFunction")
+FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction", "PublishFunction", "MaintainFunction")
 
 # ---------------------------------------------------------------------------------------------
 # The code's AWS calls, per function: (service, operation, resource). Resources:
@@ -50,6 +50,8 @@ FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction", "Publish
 #                    the tables rooted at the outputs' prefixes (any prefix, so `*_delta_log/*`)
 #   compacted        compacted table files of the lake, `<table root>[dt=…/]compacted-<uuid>.parquet`
 #                    (tidemark::compact::FILE_PREFIX; any prefix, so `*compacted-*.parquet`)
+#   lake_parquet     Parquet files of the lake (`*.parquet`): a table's data files, which VACUUM
+#                    deletes (the table roots are in the sources document, not the template)
 #   table / index    the ledger table / its by_source index
 #   work_queue       the queue named by the function's TIDEMARK_BACKFILL_QUEUE_URL
 #   reconcile_queue  the queue named by the function's TIDEMARK_RECONCILE_QUEUE_URL
@@ -123,6 +125,16 @@ SDK_CALLS = {
         # rows, a new name PUT with If-None-Match
         ("s3", "PutObject", "compacted"),
     },
+    # The same crate in maintenance mode (main.rs maintain: Publisher::compact, ::maintain).
+    "MaintainFunction": {
+        ("dynamodb", "Query", "index"),  # Ledger::list: unsettled records (compact), named files (VACUUM)
+        # read_file: the files merged, whole; manifest (read_footer): a compacted input's entries
+        ("s3", "GetObject", "lake"),
+        ("s3", "HeadObject", "lake"),
+        ("s3", "PutObject", "compacted"),  # write_compacted: the merged file, If-None-Match
+        # maintain: the files VACUUM's dry run lists and the ledger does not name
+        ("s3", "DeleteObject", "lake_parquet"),
+    },
 }
 
 # AWS calls a library makes with a client of its own, not through our adapters: the
@@ -138,12 +150,23 @@ LIBRARY_CALLS = {
         ("s3", "PutObject", "delta_log"): "delta-rs commits _delta_log/<version>.json with If-None-Match "
         "(PutMode::Create, deltalake-aws 1.x's default log store); version 0 creates the table",
     },
+    "MaintainFunction": {
+        # The same, plus maintain.rs: checkpoints::create_checkpoint, cleanup_expired_logs_for,
+        # and VACUUM as a dry run (the deletes are ours, SDK_CALLS).
+        ("s3", "ListObjectsV2", "lake"): "delta-rs lists <table root>/_delta_log/ (latest version, log cleanup) "
+        "and, for VACUUM (full mode), every file under the table root",
+        ("s3", "GetObject", "lake"): "delta-rs reads _delta_log/_last_checkpoint, the commits and the checkpoints",
+        ("s3", "PutObject", "delta_log"): "delta-rs commits the compactions (_delta_log/<version>.json, "
+        "If-None-Match) and writes the checkpoint (_delta_log/<version>.checkpoint.parquet, _last_checkpoint)",
+        ("s3", "DeleteObject", "delta_log"): "delta-rs's log cleanup deletes expired _delta_log/ files "
+        "(object_store delete_stream: DeleteObjects, authorized as s3:DeleteObject per key)",
+    },
 }
 # delta-rs operations that read or write more than a commit does, and the LIBRARY_CALLS each
 # needs: what each function may run (read from the fns its mode reaches). The publish
 # function runs none (its commits are made with checkpoints and log cleanup off, quiet() in
-# delta.rs); maintenance (not deployed yet) runs the first three. OPTIMIZE (compaction is
-# ours), RESTORE and cleanup_metadata (the table's own retention) are run by neither.
+# delta.rs); maintenance runs the first three. OPTIMIZE (compaction is ours), RESTORE and
+# cleanup_metadata (the table's own retention) are run by neither.
 DELTA_MAINTENANCE_OPS = {
     "create_checkpoint": {("s3", "PutObject", "delta_log")},
     "cleanup_expired_logs_for": {("s3", "ListObjectsV2", "lake"), ("s3", "DeleteObject", "delta_log")},
@@ -155,6 +178,7 @@ DELTA_MAINTENANCE_OPS = {
 }
 DELTA_MAINTENANCE_RUN = {
     "PublishFunction": set(),
+    "MaintainFunction": {"create_checkpoint", "cleanup_expired_logs_for", "vacuum"},
 }
 
 # The files that make up each function's code path; the first is the function's own crate.
@@ -172,17 +196,23 @@ FUNCTION_CODE = {
     "BackfillFunction": ["functions/backfill/src", "shared/src/backfill.rs", "shared/src/inventory.rs"],
     # The committer: its crate and the footer reader it shares with reconcile; no pipeline.
     "PublishFunction": ["functions/publish/src", "shared/src/reconcile/outputs.rs"],
+    # The same binary in maintenance mode.
+    "MaintainFunction": ["functions/publish/src", "shared/src/reconcile/outputs.rs"],
 }
 # Functions whose binary has modes: the fns each one runs, as (file, fn) roots, and calls cut
 # from the graph (file, fn) -> callee names, because a gate in that fn refuses them in this
 # function. From the roots, a call `name(` / `.name(` / `path::name(` is followed to every fn
 # of that name in the function's files (a shared name over-approximates, never hides a call).
-# The gates are checked by test_publish_refuses_maintenance.
+# The gates are checked by test_maintenance_runs_alone_on_its_schedule.
 PUBLISH_MAIN = "functions/publish/src/main.rs"
 ENTRY_POINTS = {
     # Stream batches and sweeps; handle refuses {"maintain"} unless TIDEMARK_MAINTENANCE=1,
     # which the publish function does not set.
     "PublishFunction": {"roots": [(PUBLISH_MAIN, "main")], "cut": {(PUBLISH_MAIN, "handle"): {"maintain"}}},
+    # {"maintain": {...}}, the only payload its schedule sends (no stream, no sweep): the cold
+    # start of main (not the handler's other branches) and main.rs maintain.
+    "MaintainFunction": {"roots": [(PUBLISH_MAIN, "main"), (PUBLISH_MAIN, "maintain")],
+                         "cut": {(PUBLISH_MAIN, "main"): {"handle"}}},
 }
 # Files of shared/src that call the ports but are on no function's path, and why.
 NOT_ON_A_FUNCTION_PATH = {
@@ -383,6 +413,12 @@ OTHER_ROLES = {
         ("kms:GenerateDataKey", "<TidemarkKey>"),  # ... to the KMS-encrypted DLQ
         ("kms:Decrypt", "<TidemarkKey>"),
     },
+    "MaintainScheduleRole": {
+        ("lambda:InvokeFunction", "<MaintainFunction>"),  # the daily run's target
+        ("sqs:SendMessage", "<ControlDeadLetterQueue>"),  # firings it could not deliver
+        ("kms:GenerateDataKey", "<TidemarkKey>"),  # ... to the KMS-encrypted DLQ
+        ("kms:Decrypt", "<TidemarkKey>"),
+    },
 }
 
 # Allow statements whose Resource is "*" (or whose Action has a wildcard): only where AWS
@@ -405,6 +441,8 @@ ENV = {
     "BackfillFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_BACKFILL_QUEUE_URL", "RUST_LOG",
                          "AWS_LAMBDA_LOG_FORMAT"},
     "PublishFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT"},
+    "MaintainFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_MAINTENANCE", "RUST_LOG",
+                         "AWS_LAMBDA_LOG_FORMAT"},
 }
 # Read by libraries rather than by `env::var` in our code.
 LIBRARY_ENV = {
@@ -418,7 +456,8 @@ UNSET_ENV = {
     "AWS_LAMBDA_FUNCTION_NAME": "set by Lambda itself (backfill's own name, for the next planner call)",
     "AWS_ENDPOINT_URL": "S3 emulators only (path-style addressing; publish passes it to delta-rs's S3 store)",
     "AWS_ENDPOINT_URL_S3": "S3 emulators only (path-style addressing; publish passes it to delta-rs's S3 store)",
-    "TIDEMARK_MAINTENANCE": "unset, the publish function refuses {\"maintain\"} (table maintenance, single writer)",
+    "TIDEMARK_MAINTENANCE": "\"1\" on the maintenance function only; unset, the publish function refuses "
+    "{\"maintain\"} (ENV says which function sets it)",
 }
 
 
@@ -695,6 +734,8 @@ def resource_arn(kind: str, fn: str) -> str:
         return "arn:aws:s3:::<lake>/*_delta_log/*"
     if kind == "compacted":
         return f"arn:aws:s3:::<lake>/*{compacted_file_prefix()}*.parquet"
+    if kind == "lake_parquet":
+        return "arn:aws:s3:::<lake>/*.parquet"
     if kind == "table":
         return "<LedgerTable>"
     if kind == "index":
@@ -770,9 +811,9 @@ def fmt(grants) -> str:
 # =============================================================================================
 # The invariants
 # =============================================================================================
-def test_template_parses_and_declares_the_four_functions():
+def test_template_parses_and_declares_the_five_functions():
     funcs = resources("AWS::Serverless::Function")
-    check("the template declares exactly the ingest, reconcile, backfill and publish functions",
+    check("the template declares exactly the ingest, reconcile, backfill, publish and maintenance functions",
           [f"functions: {sorted(funcs)}"] if set(funcs) != set(FUNCTIONS) else [])
     failures = []
     ingest = funcs["IngestFunction"]
@@ -1238,9 +1279,9 @@ def test_library_calls_still_describe_the_code():
     renamed, so no copy and no delete), no locking provider or unsafe rename, every commit made
     without checkpoint or log cleanup (quiet() in delta.rs), and per function exactly the
     maintenance operations of DELTA_MAINTENANCE_RUN, read from the fns its mode reaches: none
-    for the publish function (a VACUUM, where one runs, is a dry run: its deletes go through
-    our adapter, which keeps the files the ledger names). Each function's LIBRARY_CALLS are the
-    commit's calls plus what its operations need."""
+    for the publish function; checkpoint, log cleanup and a VACUUM dry run (its deletes go
+    through our adapter, which keeps the files the ledger names) for the maintenance function.
+    Each function's LIBRARY_CALLS are the commit's calls plus what its operations need."""
     failures = []
     cargo = (ROOT / "functions/publish/Cargo.toml").read_text()
     dep = re.search(r"(?m)^deltalake = \{(.*)\}$", cargo)
@@ -1286,16 +1327,15 @@ def test_library_calls_still_describe_the_code():
                             "itself, ledger-named ones too")
     failures += [f"LIBRARY_CALLS names {fn}, which DELTA_MAINTENANCE_RUN does not" for fn in LIBRARY_CALLS
                  if fn not in DELTA_MAINTENANCE_RUN]
-    check("delta-rs makes only the S3 calls LIBRARY_CALLS declares, and the publish function maintains no table",
-          failures)
+    check("delta-rs makes only the S3 calls LIBRARY_CALLS declares, and maintains tables in the maintenance "
+          "function only", failures)
 
 
 def test_table_files_written_and_deleted_are_the_ones_granted():
     """The publish crate writes lake objects through our S3 adapter only in write_compacted,
     under a new name that starts with tidemark::compact::FILE_PREFIX and ends with .parquet,
     PUT with If-None-Match (the `compacted` kind: `*compacted-*.parquet`), and deletes them only
-    in maintain.rs maintain, the files VACUUM's dry run lists (maintenance, which the publish
-    function does not run)."""
+    in maintain.rs maintain, the files VACUUM's dry run lists (the `lake_parquet` kind)."""
     failures = []
     calls: dict[str, list[tuple[str, str, str]]] = {}
     for f in rust_files("functions/publish/src"):
@@ -1320,11 +1360,14 @@ def test_table_files_written_and_deleted_are_the_ones_granted():
     check("the publish crate writes only new compacted files and deletes only VACUUM's files", failures)
 
 
-def test_publish_refuses_maintenance():
-    """Maintenance (compaction, checkpoint, log cleanup, VACUUM) is the publish binary with
-    TIDEMARK_MAINTENANCE=1: the handler refuses {"maintain"} without it (the call
-    ENTRY_POINTS cuts), and no function of the template sets it."""
+def test_maintenance_runs_alone_on_its_schedule():
+    """Maintenance is the publish binary with TIDEMARK_MAINTENANCE=1: the handler refuses
+    {"maintain"} without it, so only MaintainFunction sets it, "1". It is built from the same
+    crate as the publish function, runs one at a time (ReservedConcurrentExecutions: 1, the
+    single writer main.rs assumes), is triggered by nothing but its schedule, is not retried
+    more than once, and has the time and memory to merge files of up to the compaction target."""
     failures = []
+    fns = resources("AWS::Serverless::Function")
     main = rust_text(PUBLISH_MAIN)
     if 'const ENV_MAINTENANCE: &str = "TIDEMARK_MAINTENANCE";' not in main or not re.search(
             r'env::var\(ENV_MAINTENANCE\)\.is_ok_and\(\|v\| v == "1"\)', main):
@@ -1335,10 +1378,49 @@ def test_publish_refuses_maintenance():
     if not (0 <= gate < refuse < run) or len(re.findall(r"\bmaintain\(", handle)) != 1:
         failures.append("main.rs handle no longer refuses {\"maintain\"} before running it without "
                         "TIDEMARK_MAINTENANCE=1: ENTRY_POINTS cuts that call from the publish function")
-    setters = sorted(fn for fn in resources("AWS::Serverless::Function") if "TIDEMARK_MAINTENANCE" in function_env(fn))
-    if setters:
-        failures.append(f"TIDEMARK_MAINTENANCE is set on {setters}")
-    check("the publish function refuses maintenance", failures)
+    setters = sorted(fn for fn in fns if "TIDEMARK_MAINTENANCE" in function_env(fn))
+    if setters != ["MaintainFunction"] or function_env("MaintainFunction").get("TIDEMARK_MAINTENANCE") != "1":
+        failures.append(f"TIDEMARK_MAINTENANCE is set on {setters}: \"1\" on MaintainFunction only")
+    m, pub = fns.get("MaintainFunction"), fns.get("PublishFunction")
+    if m is None or pub is None:
+        check("maintenance runs alone on its schedule", failures + ["no MaintainFunction / PublishFunction"])
+    props = m["Properties"]
+    if props.get("CodeUri") != pub["Properties"].get("CodeUri") or m.get("Metadata", {}).get(
+            "BuildProperties") != pub.get("Metadata", {}).get("BuildProperties"):
+        failures.append("MaintainFunction is not built as PublishFunction is (CodeUri, Metadata.BuildProperties)")
+    if props.get("ReservedConcurrentExecutions") != 1:
+        failures.append(f"ReservedConcurrentExecutions {props.get('ReservedConcurrentExecutions')}, not 1 (single writer)")
+    if props.get("Events"):
+        failures.append(f"MaintainFunction has events {sorted(props['Events'])}: its schedule is its only trigger")
+    if props.get("Timeout") != 900:
+        failures.append(f"Timeout {props.get('Timeout')}, not 900 (Lambda's most)")
+    target = re.search(r"target_bytes:\s*(\d+)\s*<<\s*20\b", rust_text("functions/publish/src/maintain.rs"))
+    if not target:
+        failures.append("maintain.rs CompactOptions::default no longer sets target_bytes as N << 20: update the test")
+    # The inputs of one compacted file, the file written and the decoded row groups, besides
+    # the snapshot and the ledger records: 16 x the target (2048 MB for 128 MiB).
+    elif props.get("MemorySize", 128) < 16 * int(target.group(1)):
+        failures.append(f"MemorySize {props.get('MemorySize')} MB < 16 x the compaction target "
+                        f"({target.group(1)} MiB)")
+    invoke = props.get("EventInvokeConfig") or {}
+    if invoke.get("MaximumRetryAttempts") not in (0, 1):
+        failures.append(f"EventInvokeConfig.MaximumRetryAttempts {invoke.get('MaximumRetryAttempts')}: 0 or 1")
+    of = ((invoke.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
+    if of is None or render(of) != "<ControlDeadLetterQueue>":
+        failures.append(f"a failed run goes to {of}, not the control DLQ")
+    fields = set(re.findall(r'(?:\bm\.get\(|\bduration\(m,\s*)"(\w+)"', (fn_bodies(main).get("maintain") or [""])[0]))
+    for name, s in resources("AWS::Scheduler::Schedule").items():
+        target_ = s["Properties"]["Target"]
+        if render(target_["Arn"]) != "<MaintainFunction>":
+            continue
+        options = json.loads(target_.get("Input", "{}")).get("maintain")
+        if isinstance(options, dict) and not set(options) <= fields:
+            failures.append(f"{name}: options {sorted(set(options) - fields)} that main.rs maintain does not read")
+        retries = (target_.get("RetryPolicy") or {}).get("MaximumRetryAttempts")
+        if not (isinstance(retries, int) and 0 <= retries <= 3):
+            failures.append(f"{name}: RetryPolicy.MaximumRetryAttempts {retries}: 0-3 (deliveries)")
+    check("maintenance is the publish code with TIDEMARK_MAINTENANCE=1, one run at a time, on its schedule only",
+          failures)
 
 
 def rust_int(expr: str) -> int:
@@ -1794,9 +1876,12 @@ SCHEDULED = {
     # "source": "aws.scheduler").
     "PublishFunction": (lambda p: "Records" not in p and "maintain" not in p and "source" not in p,
                         PUBLISH_MAIN, ['payload.get("Records")', 'payload.get("maintain")', 'payload.get("source")']),
+    # The same main.rs: {"maintain": {...}} (an object of options) is a maintenance run.
+    "MaintainFunction": (lambda p: "Records" not in p and isinstance(p.get("maintain"), dict),
+                         PUBLISH_MAIN, ['payload.get("Records")', 'payload.get("maintain")']),
 }
 # Schedules that may be turned off by their parameter: schedule -> its condition.
-OPTIONAL_SCHEDULES = {"PublishSweepSchedule": "SweepOnSchedule"}
+OPTIONAL_SCHEDULES = {"PublishSweepSchedule": "SweepOnSchedule", "MaintainSchedule": "MaintainOnSchedule"}
 
 
 def test_schedules_send_the_payload_their_handler_recognises():

@@ -5,6 +5,10 @@
 #
 # Usage: infra/package.sh [extra cargo lambda build flags]
 # Output: target/lambda/{ingest,reconcile,backfill,publish}/bootstrap.zip
+# The publish zip is deployed twice: as the publish function (the Delta Lake committer) and,
+# with TIDEMARK_MAINTENANCE=1, as the maintenance function (daily compaction of closed
+# partitions, checkpoint, log cleanup after 30 days, VACUUM after 7 days keeping the files the
+# ledger names; one run at a time). template.yaml's MaintainFunction points at the same crate.
 #
 # A clean release build of the AWS SDK takes ≈25 min on 2 busy cores (LTO, one codegen unit);
 # publish adds delta-rs (its S3 store, no DataFusion) and its own arrow.
@@ -32,3 +36,4 @@ for f in ingest reconcile backfill publish; do
     unzipped=$(unzip -l "$zip" | awk 'END {print $1}')
     printf '%-10s %10s  %10s\n' "$f" "$(stat -c %s "$zip")" "$unzipped"
 done
+echo "(the publish zip is also the maintenance function's)"

@@ -12,10 +12,12 @@ resource. The tables below are the contract between the Rust code and the templa
   per-function modules). The roles must grant exactly what these calls need, on exactly those
   resources: a new grant fails the test, and so does a new call, because the test also
   re-derives the calls from the source (`store.X(` / `ledger.X(` / `queue.X(` / `client.X()`,
-  and per adapter method the SDK operations it sends) and compares.
+  and per adapter method the SDK operations it sends) and compares. Two functions are one
+  binary in two modes (publish and maintenance): their calls are read from the fns each mode
+  reaches (ENTRY_POINTS), not from the whole crate.
 * LIBRARY_CALLS: AWS calls a library makes with a client of its own (delta-rs's S3 client in
-  the publish function), which the derivation cannot see: declared with the reason, granted
-  like SDK_CALLS, and kept true by test_library_calls_still_describe_the_code.
+  the publish and maintenance functions), which the derivation cannot see: declared with the
+  reason, granted like SDK_CALLS, and kept true by test_library_calls_still_describe_the_code.
 * PLATFORM_GRANTS: what Lambda, SQS, KMS and CloudWatch Logs need on the function's behalf
   (log delivery, queue polling, dead letters, encrypted environment / queues / table).
 * ENV: the environment variables each function reads; the template must set exactly these.
@@ -35,7 +37,7 @@ from cfnlint.decode import cfn_yaml
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "template.yaml"
 
-FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction", "PublishFunction")
+FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction", "PublishFunction", "MaintainFunction")
 
 # ---------------------------------------------------------------------------------------------
 # The code's AWS calls, per function: (service, operation, resource). Resources:
@@ -46,6 +48,10 @@ FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction", "Publish
 #                    parameter is set (CONDITIONAL_KINDS)
 #   delta_log        objects of the lake under a `_delta_log/` folder: the Delta Lake logs of
 #                    the tables rooted at the outputs' prefixes (any prefix, so `*_delta_log/*`)
+#   compacted        compacted table files of the lake, `<table root>[dt=…/]compacted-<uuid>.parquet`
+#                    (tidemark::compact::FILE_PREFIX; any prefix, so `*compacted-*.parquet`)
+#   lake_parquet     Parquet files of the lake (`*.parquet`): a table's data files, which VACUUM
+#                    deletes (the table roots are in the sources document, not the template)
 #   table / index    the ledger table / its by_source index
 #   work_queue       the queue named by the function's TIDEMARK_BACKFILL_QUEUE_URL
 #   reconcile_queue  the queue named by the function's TIDEMARK_RECONCILE_QUEUE_URL
@@ -104,15 +110,30 @@ SDK_CALLS = {
         ("sqs", "SendMessageBatch", "work_queue"),  # queue.send: the work items
         ("lambda", "Invoke", "self"),  # the next planner call, InvocationType=Event
     },
-    # The Delta Lake committer: reads the ledger and the outputs' footers, never writes either.
+    # The Delta Lake committer: reads the ledger and the outputs, never writes either; writes
+    # only the compacted files it rewrites.
     "PublishFunction": {
         # functions/publish/src/lib.rs
         ("dynamodb", "BatchGetItem", "table"),  # get_many_latest: the changed keys, ConsistentRead
         ("dynamodb", "Query", "index"),  # Ledger::list: a sweep lists the source's records
-        # shared/src/reconcile/outputs.rs read_footer: a new output's footer (ranged GET; a
-        # HEAD answers the 416 of an empty object), for the Add action's size and statistics
+        # shared/src/reconcile/outputs.rs read_footer: a new output's footer, a compacted
+        # file's manifest (ranged GET; a HEAD answers the 416 of an empty object);
+        # read_file: a compacted file to rewrite, whole
         ("s3", "GetObject", "lake"),
         ("s3", "HeadObject", "lake"),
+        # rewrite -> write_compacted: a compacted file without a replaced or deleted object's
+        # rows, a new name PUT with If-None-Match
+        ("s3", "PutObject", "compacted"),
+    },
+    # The same crate in maintenance mode (main.rs maintain: Publisher::compact, ::maintain).
+    "MaintainFunction": {
+        ("dynamodb", "Query", "index"),  # Ledger::list: unsettled records (compact), named files (VACUUM)
+        # read_file: the files merged, whole; manifest (read_footer): a compacted input's entries
+        ("s3", "GetObject", "lake"),
+        ("s3", "HeadObject", "lake"),
+        ("s3", "PutObject", "compacted"),  # write_compacted: the merged file, If-None-Match
+        # maintain: the files VACUUM's dry run lists and the ledger does not name
+        ("s3", "DeleteObject", "lake_parquet"),
     },
 }
 
@@ -129,6 +150,35 @@ LIBRARY_CALLS = {
         ("s3", "PutObject", "delta_log"): "delta-rs commits _delta_log/<version>.json with If-None-Match "
         "(PutMode::Create, deltalake-aws 1.x's default log store); version 0 creates the table",
     },
+    "MaintainFunction": {
+        # The same, plus maintain.rs: checkpoints::create_checkpoint, cleanup_expired_logs_for,
+        # and VACUUM as a dry run (the deletes are ours, SDK_CALLS).
+        ("s3", "ListObjectsV2", "lake"): "delta-rs lists <table root>/_delta_log/ (latest version, log cleanup) "
+        "and, for VACUUM (full mode), every file under the table root",
+        ("s3", "GetObject", "lake"): "delta-rs reads _delta_log/_last_checkpoint, the commits and the checkpoints",
+        ("s3", "PutObject", "delta_log"): "delta-rs commits the compactions (_delta_log/<version>.json, "
+        "If-None-Match) and writes the checkpoint (_delta_log/<version>.checkpoint.parquet, _last_checkpoint)",
+        ("s3", "DeleteObject", "delta_log"): "delta-rs's log cleanup deletes expired _delta_log/ files "
+        "(object_store delete_stream: DeleteObjects, authorized as s3:DeleteObject per key)",
+    },
+}
+# delta-rs operations that read or write more than a commit does, and the LIBRARY_CALLS each
+# needs: what each function may run (read from the fns its mode reaches). The publish
+# function runs none (its commits are made with checkpoints and log cleanup off, quiet() in
+# delta.rs); maintenance runs the first three. OPTIMIZE (compaction is ours), RESTORE and
+# cleanup_metadata (the table's own retention) are run by neither.
+DELTA_MAINTENANCE_OPS = {
+    "create_checkpoint": {("s3", "PutObject", "delta_log")},
+    "cleanup_expired_logs_for": {("s3", "ListObjectsV2", "lake"), ("s3", "DeleteObject", "delta_log")},
+    "vacuum": {("s3", "ListObjectsV2", "lake")},  # a dry run: lists, deletes nothing
+    "optimize": None,
+    "restore": None,
+    "cleanup_metadata": None,
+    "filesystem_check": None,
+}
+DELTA_MAINTENANCE_RUN = {
+    "PublishFunction": set(),
+    "MaintainFunction": {"create_checkpoint", "cleanup_expired_logs_for", "vacuum"},
 }
 
 # The files that make up each function's code path; the first is the function's own crate.
@@ -146,6 +196,23 @@ FUNCTION_CODE = {
     "BackfillFunction": ["functions/backfill/src", "shared/src/backfill.rs", "shared/src/inventory.rs"],
     # The committer: its crate and the footer reader it shares with reconcile; no pipeline.
     "PublishFunction": ["functions/publish/src", "shared/src/reconcile/outputs.rs"],
+    # The same binary in maintenance mode.
+    "MaintainFunction": ["functions/publish/src", "shared/src/reconcile/outputs.rs"],
+}
+# Functions whose binary has modes: the fns each one runs, as (file, fn) roots, and calls cut
+# from the graph (file, fn) -> callee names, because a gate in that fn refuses them in this
+# function. From the roots, a call `name(` / `.name(` / `path::name(` is followed to every fn
+# of that name in the function's files (a shared name over-approximates, never hides a call).
+# The gates are checked by test_maintenance_runs_alone_on_its_schedule.
+PUBLISH_MAIN = "functions/publish/src/main.rs"
+ENTRY_POINTS = {
+    # Stream batches and sweeps; handle refuses {"maintain"} unless TIDEMARK_MAINTENANCE=1,
+    # which the publish function does not set.
+    "PublishFunction": {"roots": [(PUBLISH_MAIN, "main")], "cut": {(PUBLISH_MAIN, "handle"): {"maintain"}}},
+    # {"maintain": {...}}, the only payload its schedule sends (no stream, no sweep): the cold
+    # start of main (not the handler's other branches) and main.rs maintain.
+    "MaintainFunction": {"roots": [(PUBLISH_MAIN, "main"), (PUBLISH_MAIN, "maintain")],
+                         "cut": {(PUBLISH_MAIN, "main"): {"handle"}}},
 }
 # Files of shared/src that call the ports but are on no function's path, and why.
 NOT_ON_A_FUNCTION_PATH = {
@@ -346,6 +413,12 @@ OTHER_ROLES = {
         ("kms:GenerateDataKey", "<TidemarkKey>"),  # ... to the KMS-encrypted DLQ
         ("kms:Decrypt", "<TidemarkKey>"),
     },
+    "MaintainScheduleRole": {
+        ("lambda:InvokeFunction", "<MaintainFunction>"),  # the daily run's target
+        ("sqs:SendMessage", "<ControlDeadLetterQueue>"),  # firings it could not deliver
+        ("kms:GenerateDataKey", "<TidemarkKey>"),  # ... to the KMS-encrypted DLQ
+        ("kms:Decrypt", "<TidemarkKey>"),
+    },
 }
 
 # Allow statements whose Resource is "*" (or whose Action has a wildcard): only where AWS
@@ -368,6 +441,8 @@ ENV = {
     "BackfillFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_BACKFILL_QUEUE_URL", "RUST_LOG",
                          "AWS_LAMBDA_LOG_FORMAT"},
     "PublishFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT"},
+    "MaintainFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_MAINTENANCE", "RUST_LOG",
+                         "AWS_LAMBDA_LOG_FORMAT"},
 }
 # Read by libraries rather than by `env::var` in our code.
 LIBRARY_ENV = {
@@ -381,6 +456,8 @@ UNSET_ENV = {
     "AWS_LAMBDA_FUNCTION_NAME": "set by Lambda itself (backfill's own name, for the next planner call)",
     "AWS_ENDPOINT_URL": "S3 emulators only (path-style addressing; publish passes it to delta-rs's S3 store)",
     "AWS_ENDPOINT_URL_S3": "S3 emulators only (path-style addressing; publish passes it to delta-rs's S3 store)",
+    "TIDEMARK_MAINTENANCE": "\"1\" on the maintenance function only; unset, the publish function refuses "
+    "{\"maintain\"} (ENV says which function sets it)",
 }
 
 
@@ -538,9 +615,51 @@ def pascal(snake: str) -> str:
     return "".join(w[:1].upper() + w[1:] for w in snake.split("_"))
 
 
+def rust_files(*paths: str) -> list[str]:
+    """The .rs files under `paths`, relative to the repository."""
+    out = []
+    for p in paths:
+        path = ROOT / p
+        files = sorted(path.rglob("*.rs")) if path.is_dir() else [path]
+        out += [f.relative_to(ROOT).as_posix() for f in files]
+    return out
+
+
+def reachable_code(fn: str) -> str:
+    """The bodies of the fns a function with modes runs (ENTRY_POINTS): from its roots, every
+    call is followed by name to the fns of that name in FUNCTION_CODE[fn], except the cut ones."""
+    spec = ENTRY_POINTS[fn]
+    nodes: dict[tuple[str, str], list[str]] = {}
+    by_name: dict[str, set[tuple[str, str]]] = {}
+    for f in rust_files(*FUNCTION_CODE[fn]):
+        for name, bodies in fn_bodies(rust_text(f)).items():
+            nodes[(f, name)] = bodies
+            by_name.setdefault(name, set()).add((f, name))
+    for root in spec["roots"]:
+        assert root in nodes, f"ENTRY_POINTS[{fn!r}]: no fn {root[1]} in {root[0]}: update the test"
+    for (f, name), callees in spec["cut"].items():
+        assert (f, name) in nodes, f"ENTRY_POINTS[{fn!r}] cuts calls of fn {name} in {f}, which has none: update the test"
+        for callee in callees:
+            assert any(re.search(rf"\b{callee}\s*\(", b) for b in nodes[(f, name)]), \
+                f"ENTRY_POINTS[{fn!r}]: fn {name} in {f} no longer calls {callee}: update the test"
+    seen: set[tuple[str, str]] = set()
+    todo = list(spec["roots"])
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        cut = spec["cut"].get(node, set())
+        for body in nodes[node]:
+            for callee in re.findall(r"\b([a-z_][a-z0-9_]*)\s*(?:::<[^>]*>)?\(", body):
+                if callee not in cut:
+                    todo.extend(by_name.get(callee, ()))
+    return "\n".join(b for node in sorted(seen) for b in nodes[node])
+
+
 def code_calls(fn: str) -> set[tuple[str, str]]:
     """(service, operation) the function's code path makes, read from the source."""
-    text = rust_text(*FUNCTION_CODE[fn])
+    text = reachable_code(fn) if fn in ENTRY_POINTS else rust_text(*FUNCTION_CODE[fn])
     calls = set()
     unknown = []
     for port, method in re.findall(r"\b(store|ledger|queue)\.(\w+)\(", text):
@@ -551,7 +670,7 @@ def code_calls(fn: str) -> set[tuple[str, str]]:
             unknown.append(f"{port}.{method}(")
             continue
         calls |= {(service, op) for op in table[method]}
-    own = rust_text(FUNCTION_CODE[fn][0])
+    own = reachable_code(fn) if fn in ENTRY_POINTS else rust_text(FUNCTION_CODE[fn][0])
     for op in re.findall(r"\bclient\.(\w+)\(\)", own):
         calls.add(("lambda", pascal(op)))
     assert not unknown, f"{fn}: calls the test does not know: {unknown} (add them to STORE_METHODS / LEDGER_METHODS / QUEUE_METHODS)"
@@ -613,6 +732,10 @@ def resource_arn(kind: str, fn: str) -> str:
         return f"arn:aws:s3:::<{kind}>/*"
     if kind == "delta_log":
         return "arn:aws:s3:::<lake>/*_delta_log/*"
+    if kind == "compacted":
+        return f"arn:aws:s3:::<lake>/*{compacted_file_prefix()}*.parquet"
+    if kind == "lake_parquet":
+        return "arn:aws:s3:::<lake>/*.parquet"
     if kind == "table":
         return "<LedgerTable>"
     if kind == "index":
@@ -628,6 +751,13 @@ def resource_arn(kind: str, fn: str) -> str:
         name = render(resources()[fn]["Properties"].get("FunctionName", "<no FunctionName>"))
         return f"arn:aws:lambda:REGION:ACCOUNT:function:{name}"
     raise AssertionError(kind)
+
+
+def compacted_file_prefix() -> str:
+    """tidemark::compact::FILE_PREFIX: where a compacted file's name starts."""
+    m = re.search(r'pub const FILE_PREFIX: &str = "([^"*/]+)";', rust_text("shared/src/compact.rs"))
+    assert m, "shared/src/compact.rs no longer declares FILE_PREFIX: update the test"
+    return m.group(1)
 
 
 def bucket_of(object_arn: str) -> str:
@@ -681,9 +811,9 @@ def fmt(grants) -> str:
 # =============================================================================================
 # The invariants
 # =============================================================================================
-def test_template_parses_and_declares_the_four_functions():
+def test_template_parses_and_declares_the_five_functions():
     funcs = resources("AWS::Serverless::Function")
-    check("the template declares exactly the ingest, reconcile, backfill and publish functions",
+    check("the template declares exactly the ingest, reconcile, backfill, publish and maintenance functions",
           [f"functions: {sorted(funcs)}"] if set(funcs) != set(FUNCTIONS) else [])
     failures = []
     ingest = funcs["IngestFunction"]
@@ -1144,11 +1274,14 @@ def test_publish_follows_the_ledger_stream():
 
 
 def test_library_calls_still_describe_the_code():
-    """LIBRARY_CALLS['PublishFunction'] holds while delta-rs is used as delta.rs uses it:
-    the S3 store only, deltalake-aws 1.x (its log store commits with a conditional PUT; no
-    temporary file renamed, so no copy and no delete), no locking provider or unsafe rename,
-    and no checkpoint, log cleanup, VACUUM or OPTIMIZE from the function (which would read or
-    delete more than the log)."""
+    """LIBRARY_CALLS holds while delta-rs is used as functions/publish uses it: the S3 store
+    only, deltalake-aws 1.x (its log store commits with a conditional PUT; no temporary file
+    renamed, so no copy and no delete), no locking provider or unsafe rename, every commit made
+    without checkpoint or log cleanup (quiet() in delta.rs), and per function exactly the
+    maintenance operations of DELTA_MAINTENANCE_RUN, read from the fns its mode reaches: none
+    for the publish function; checkpoint, log cleanup and a VACUUM dry run (its deletes go
+    through our adapter, which keeps the files the ledger names) for the maintenance function.
+    Each function's LIBRARY_CALLS are the commit's calls plus what its operations need."""
     failures = []
     cargo = (ROOT / "functions/publish/Cargo.toml").read_text()
     dep = re.search(r"(?m)^deltalake = \{(.*)\}$", cargo)
@@ -1163,8 +1296,6 @@ def test_library_calls_still_describe_the_code():
     for what in ("locking_provider", "LOCKING_PROVIDER", "unsafe_rename", "UNSAFE_RENAME"):
         if what in text:
             failures.append(f"functions/publish/src mentions {what}: the log store would not be the conditional-PUT one")
-    for call in re.findall(r"\b(vacuum|optimize|create_checkpoint|cleanup_metadata|cleanup_expired_logs_for|restore)\s*\(", text):
-        failures.append(f"functions/publish/src calls {call}(: maintenance needs grants LIBRARY_CALLS does not list")
     delta = rust_text("functions/publish/src/delta.rs")
     for setting in ("with_create_checkpoint(false)", "with_cleanup_expired_logs(Some(false))"):
         if setting not in delta:
@@ -1173,7 +1304,123 @@ def test_library_calls_still_describe_the_code():
     quiet = len(re.findall(r"quiet\(CommitProperties::default\(\)\)", text))
     if props != quiet:
         failures.append(f"{props - quiet} commit(s) in functions/publish/src not made through quiet()")
-    check("delta-rs makes only the S3 calls LIBRARY_CALLS declares", failures)
+    # What a commit needs (open, load, update_state, commit), whichever function makes it.
+    commit_calls = set(LIBRARY_CALLS["PublishFunction"])
+    ops = "|".join(DELTA_MAINTENANCE_OPS)
+    for fn, runs in DELTA_MAINTENANCE_RUN.items():
+        code = reachable_code(fn)
+        called = set(re.findall(rf"\b({ops})\s*\(", code))
+        for op in sorted(called - runs):
+            failures.append(f"{fn} runs delta-rs {op}(: "
+                            + ("not allowed in this function" if DELTA_MAINTENANCE_OPS[op] else "run by no function")
+                            + " (DELTA_MAINTENANCE_RUN; its S3 calls would be missing from LIBRARY_CALLS)")
+        for op in sorted(runs - called):
+            failures.append(f"{fn} no longer runs delta-rs {op}(: update DELTA_MAINTENANCE_RUN and LIBRARY_CALLS")
+        want = commit_calls.union(*(DELTA_MAINTENANCE_OPS[op] for op in runs))
+        declared = set(LIBRARY_CALLS.get(fn, {}))
+        if declared != want:
+            failures.append(f"LIBRARY_CALLS[{fn!r}] declares {sorted(declared - want)} beyond and lacks "
+                            f"{sorted(want - declared)} of what its commits and {sorted(runs) or 'no maintenance'} need")
+        dry = re.findall(r"\bwith_dry_run\(([^)]*)\)", code)
+        if "vacuum" in called and dry != ["true"]:
+            failures.append(f"{fn}: VACUUM is not a dry run (with_dry_run {dry}): delta-rs would delete data files "
+                            "itself, ledger-named ones too")
+    failures += [f"LIBRARY_CALLS names {fn}, which DELTA_MAINTENANCE_RUN does not" for fn in LIBRARY_CALLS
+                 if fn not in DELTA_MAINTENANCE_RUN]
+    check("delta-rs makes only the S3 calls LIBRARY_CALLS declares, and maintains tables in the maintenance "
+          "function only", failures)
+
+
+def test_table_files_written_and_deleted_are_the_ones_granted():
+    """The publish crate writes lake objects through our S3 adapter only in write_compacted,
+    under a new name that starts with tidemark::compact::FILE_PREFIX and ends with .parquet,
+    PUT with If-None-Match (the `compacted` kind: `*compacted-*.parquet`), and deletes them only
+    in maintain.rs maintain, the files VACUUM's dry run lists (the `lake_parquet` kind)."""
+    failures = []
+    calls: dict[str, list[tuple[str, str, str]]] = {}
+    for f in rust_files("functions/publish/src"):
+        for name, bodies in fn_bodies(rust_text(f)).items():
+            for body in bodies:
+                for method in re.findall(r"\bstore\.(\w+)\(", body):
+                    if STORE_METHODS.get(method, ("GetObject",))[0] not in ("GetObject", "HeadObject", "ListObjectsV2"):
+                        calls.setdefault(method, []).append((f, name, body))
+    writers = {m: [(f, n) for f, n, _ in v] for m, v in calls.items()}
+    want = {"put": [("functions/publish/src/lib.rs", "write_compacted")],
+            "delete": [("functions/publish/src/maintain.rs", "maintain")]}
+    if writers != want:
+        failures.append(f"the publish crate writes and deletes through the S3 adapter in {writers}, not {want}: "
+                        "update SDK_CALLS' resource kinds and the roles")
+    else:
+        put = calls["put"][0][2]
+        for needed in ("tidemark::compact::FILE_PREFIX", '.parquet"', "WriteCondition::Absent"):
+            if needed not in put:
+                failures.append(f"write_compacted no longer names its file with / writes it with {needed}")
+        if "metrics.files_deleted" not in calls["delete"][0][2]:
+            failures.append("maintain no longer deletes (only) the files of VACUUM's dry run")
+    check("the publish crate writes only new compacted files and deletes only VACUUM's files", failures)
+
+
+def test_maintenance_runs_alone_on_its_schedule():
+    """Maintenance is the publish binary with TIDEMARK_MAINTENANCE=1: the handler refuses
+    {"maintain"} without it, so only MaintainFunction sets it, "1". It is built from the same
+    crate as the publish function, runs one at a time (ReservedConcurrentExecutions: 1, the
+    single writer main.rs assumes), is triggered by nothing but its schedule, is not retried
+    more than once, and has the time and memory to merge files of up to the compaction target."""
+    failures = []
+    fns = resources("AWS::Serverless::Function")
+    main = rust_text(PUBLISH_MAIN)
+    if 'const ENV_MAINTENANCE: &str = "TIDEMARK_MAINTENANCE";' not in main or not re.search(
+            r'env::var\(ENV_MAINTENANCE\)\.is_ok_and\(\|v\| v == "1"\)', main):
+        failures.append("main.rs no longer turns maintenance on with TIDEMARK_MAINTENANCE=1: update the test")
+    handle = (fn_bodies(main).get("handle") or [""])[0]
+    gate, refuse, run = (handle.find("if !maintenance {"), handle.find("return Err("),
+                         handle.find("maintain(publisher"))
+    if not (0 <= gate < refuse < run) or len(re.findall(r"\bmaintain\(", handle)) != 1:
+        failures.append("main.rs handle no longer refuses {\"maintain\"} before running it without "
+                        "TIDEMARK_MAINTENANCE=1: ENTRY_POINTS cuts that call from the publish function")
+    setters = sorted(fn for fn in fns if "TIDEMARK_MAINTENANCE" in function_env(fn))
+    if setters != ["MaintainFunction"] or function_env("MaintainFunction").get("TIDEMARK_MAINTENANCE") != "1":
+        failures.append(f"TIDEMARK_MAINTENANCE is set on {setters}: \"1\" on MaintainFunction only")
+    m, pub = fns.get("MaintainFunction"), fns.get("PublishFunction")
+    if m is None or pub is None:
+        check("maintenance runs alone on its schedule", failures + ["no MaintainFunction / PublishFunction"])
+    props = m["Properties"]
+    if props.get("CodeUri") != pub["Properties"].get("CodeUri") or m.get("Metadata", {}).get(
+            "BuildProperties") != pub.get("Metadata", {}).get("BuildProperties"):
+        failures.append("MaintainFunction is not built as PublishFunction is (CodeUri, Metadata.BuildProperties)")
+    if props.get("ReservedConcurrentExecutions") != 1:
+        failures.append(f"ReservedConcurrentExecutions {props.get('ReservedConcurrentExecutions')}, not 1 (single writer)")
+    if props.get("Events"):
+        failures.append(f"MaintainFunction has events {sorted(props['Events'])}: its schedule is its only trigger")
+    if props.get("Timeout") != 900:
+        failures.append(f"Timeout {props.get('Timeout')}, not 900 (Lambda's most)")
+    target = re.search(r"target_bytes:\s*(\d+)\s*<<\s*20\b", rust_text("functions/publish/src/maintain.rs"))
+    if not target:
+        failures.append("maintain.rs CompactOptions::default no longer sets target_bytes as N << 20: update the test")
+    # The inputs of one compacted file, the file written and the decoded row groups, besides
+    # the snapshot and the ledger records: 16 x the target (2048 MB for 128 MiB).
+    elif props.get("MemorySize", 128) < 16 * int(target.group(1)):
+        failures.append(f"MemorySize {props.get('MemorySize')} MB < 16 x the compaction target "
+                        f"({target.group(1)} MiB)")
+    invoke = props.get("EventInvokeConfig") or {}
+    if invoke.get("MaximumRetryAttempts") not in (0, 1):
+        failures.append(f"EventInvokeConfig.MaximumRetryAttempts {invoke.get('MaximumRetryAttempts')}: 0 or 1")
+    of = ((invoke.get("DestinationConfig") or {}).get("OnFailure") or {}).get("Destination")
+    if of is None or render(of) != "<ControlDeadLetterQueue>":
+        failures.append(f"a failed run goes to {of}, not the control DLQ")
+    fields = set(re.findall(r'(?:\bm\.get\(|\bduration\(m,\s*)"(\w+)"', (fn_bodies(main).get("maintain") or [""])[0]))
+    for name, s in resources("AWS::Scheduler::Schedule").items():
+        target_ = s["Properties"]["Target"]
+        if render(target_["Arn"]) != "<MaintainFunction>":
+            continue
+        options = json.loads(target_.get("Input", "{}")).get("maintain")
+        if isinstance(options, dict) and not set(options) <= fields:
+            failures.append(f"{name}: options {sorted(set(options) - fields)} that main.rs maintain does not read")
+        retries = (target_.get("RetryPolicy") or {}).get("MaximumRetryAttempts")
+        if not (isinstance(retries, int) and 0 <= retries <= 3):
+            failures.append(f"{name}: RetryPolicy.MaximumRetryAttempts {retries}: 0-3 (deliveries)")
+    check("maintenance is the publish code with TIDEMARK_MAINTENANCE=1, one run at a time, on its schedule only",
+          failures)
 
 
 def rust_int(expr: str) -> int:
@@ -1624,13 +1871,17 @@ SCHEDULED = {
     # reconcile::handle: a scheduled run iff detail-type == "Scheduled Event".
     "ReconcileFunction": (lambda p: p.get("detail-type") == "Scheduled Event",
                           "shared/src/reconcile.rs", ["Scheduled Event"]),
-    # publish's main.rs: no "Records" (not a stream batch) is a sweep; without "source" of
-    # every table source (the scheduled-event shape would carry "source": "aws.scheduler").
-    "PublishFunction": (lambda p: "Records" not in p and "source" not in p,
-                        "functions/publish/src/main.rs", ['payload.get("Records")', 'payload.get("source")']),
+    # publish's main.rs: no "Records" (not a stream batch) and no "maintain" is a sweep;
+    # without "source" of every table source (the scheduled-event shape would carry
+    # "source": "aws.scheduler").
+    "PublishFunction": (lambda p: "Records" not in p and "maintain" not in p and "source" not in p,
+                        PUBLISH_MAIN, ['payload.get("Records")', 'payload.get("maintain")', 'payload.get("source")']),
+    # The same main.rs: {"maintain": {...}} (an object of options) is a maintenance run.
+    "MaintainFunction": (lambda p: "Records" not in p and isinstance(p.get("maintain"), dict),
+                         PUBLISH_MAIN, ['payload.get("Records")', 'payload.get("maintain")']),
 }
 # Schedules that may be turned off by their parameter: schedule -> its condition.
-OPTIONAL_SCHEDULES = {"PublishSweepSchedule": "SweepOnSchedule"}
+OPTIONAL_SCHEDULES = {"PublishSweepSchedule": "SweepOnSchedule", "MaintainSchedule": "MaintainOnSchedule"}
 
 
 def test_schedules_send_the_payload_their_handler_recognises():

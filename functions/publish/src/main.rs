@@ -112,16 +112,37 @@ async fn maintain(publisher: &Publisher, m: &Value) -> Result<Value, Error> {
         dry_run: m.get("dry_run").and_then(Value::as_bool).unwrap_or(false),
     };
     let mut done = Vec::new();
+    let mut failed = Vec::new();
     for source in publisher.table_sources() {
         if only.is_some_and(|id| id != source.id()) {
             continue;
         }
-        let compacted = match compact && !options.dry_run {
-            true => Some(publisher.compact(source.id(), &compact_options).await?),
-            false => None,
-        };
-        let maintained = publisher.maintain(source.id(), &options).await?;
-        done.push(json!({"compacted": compacted, "maintained": maintained}));
+        let id = source.id();
+        let result = async {
+            let compacted = match compact && !options.dry_run {
+                true => Some(publisher.compact(id, &compact_options).await?),
+                false => None,
+            };
+            let maintained = publisher.maintain(id, &options).await?;
+            Ok::<_, publish::PublishError>(
+                json!({"source_id": id, "compacted": compacted, "maintained": maintained}),
+            )
+        }
+        .await;
+        match result {
+            Ok(summary) => {
+                tracing::info!(source_id = id, summary = %summary, "maintained");
+                done.push(summary);
+            }
+            // The other tables are still maintained tonight.
+            Err(e) => {
+                tracing::error!(source_id = id, error = %e, "maintenance failed");
+                failed.push(format!("{id}: {e}"));
+            }
+        }
+    }
+    if !failed.is_empty() {
+        return Err(format!("maintenance failed for {}", failed.join("; ")).into());
     }
     Ok(json!({ "maintained": done }))
 }

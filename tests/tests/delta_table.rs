@@ -414,6 +414,29 @@ async fn racing_committers_publish_each_object_once_embedded() {
     racing_committers_publish_each_object_once(Backends::embedded().await).await;
 }
 
+/// A publish before any output of the source exists (on the folder store, before its table
+/// folder does) creates the empty table instead of failing until an output comes.
+async fn a_publish_before_any_output_creates_the_table(b: Backends) {
+    let config = config(&b);
+    let p = publisher(&b, &config)
+        .publish_keys(ORDERS, &["in/2026-09-01/never.csv".to_string()])
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", b.name));
+    assert_eq!((p.committed, p.table_version), (None, 0), "{p:?}");
+    let t = read(&table_uri(&b, &config, ORDERS), None);
+    assert_eq!((&t["version"], &t["rows"]), (&json!(0), &json!(0)), "{t}");
+}
+
+#[tokio::test]
+async fn a_publish_before_any_output_creates_the_table_aws() {
+    a_publish_before_any_output_creates_the_table(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn a_publish_before_any_output_creates_the_table_embedded() {
+    a_publish_before_any_output_creates_the_table(Backends::embedded().await).await;
+}
+
 async fn committers_racing_to_create_the_table_share_it(b: Backends) {
     let config = config(&b);
     let uri = table_uri(&b, &config, ORDERS);

@@ -95,6 +95,16 @@ pub fn register_s3() {
 pub async fn open(store: &TableStore, source: &Source) -> Result<DeltaTable, DeltaTableError> {
     register_s3();
     let url = store.url(source)?;
+    // A folder store's table root exists only once an output was written under it, and
+    // delta-rs reports a missing root as an invalid location, not as "no table": make it.
+    if let TableStore::Local { .. } = store {
+        let dir = url
+            .to_file_path()
+            .map_err(|()| DeltaTableError::Generic(format!("{url} is not a local path")))?;
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            DeltaTableError::Generic(format!("creating the table folder {}: {e}", dir.display()))
+        })?;
+    }
     if let Some(table) = load(store, &url).await? {
         return Ok(table);
     }

@@ -24,6 +24,17 @@
 //! Then reconcile (with repair, every source, one window over everything), a second reconcile
 //! that must be clean, and an independent check of the lake (Parquet read back, `order_id` by
 //! `order_id`) and of the ledger against the generated data.
+//!
+//! Table mode ([`ChaosConfig::table`]): `orders` (partitioned by the date in its keys) and
+//! `archive` (`on_delete: keep`) publish a Delta table, `orders_json` stays loose files. Every
+//! ledger write that lands feeds a change feed, and committers beside the workers publish its
+//! keys into the tables, crashing at each step of a publish and meeting faults of their own
+//! ([`committer`]); after reconcile the feed is drained by the committers alone. The check
+//! then reads each table back with an independent reader (the Python `deltalake` package):
+//! its rows must be exactly the current objects' (`order_id` by `order_id`), and a sweep of
+//! the ledger against the table must find nothing left to commit. A table source's outputs
+//! are named per claim and never deleted on the ingest path, so its loose files of replaced
+//! versions and crashed attempts are counted apart: the table is the truth for it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt::Write as _;
@@ -42,7 +53,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value, json};
-use tidemark::config::{Config, Mode};
+use tidemark::config::{Config, Mode, table_key_hash_of};
 use tidemark::error::{LedgerError, ProcessError, Retry, StoreError};
 use tidemark::ingest::{self, Summary};
 use tidemark::jobs::{Job, JobCounts};
@@ -55,9 +66,13 @@ use tidemark::process::{Faults, NoFaults, Pipeline, RunContext, Step};
 use tidemark::reconcile::{self, Options, Window};
 
 use crate::{
-    Backends, LEASE_MARGIN_MS, Totals, direct, form_encode, orders_config, orders_csv,
-    orders_jsonl, sqs,
+    Backends, LEASE_MARGIN_MS, Totals, direct, form_encode, orders_csv, orders_doc, orders_jsonl,
+    sqs,
 };
+
+pub mod committer;
+
+use committer::{CommitterReport, Committers, FeedLedger, PUBLISH_STEPS};
 
 /// The seed used when `TIDEMARK_CHAOS_SEED` is not set.
 pub const DEFAULT_SEED: u64 = 0x7D3E_2026;
@@ -127,6 +142,23 @@ pub struct ChaosConfig {
     /// of issue 7, where every event is delivered 1–3 times. Above 0, the event path alone
     /// leaves missing, stale and orphaned objects that reconcile must find and repair.
     pub lost_share: f64,
+    /// Table mode: `orders` and `archive` publish Delta tables, committers run beside the
+    /// workers (see the module doc).
+    pub table: bool,
+    /// Committers running at once (table mode): they race on the tables.
+    pub committers: usize,
+    /// Feed records a committer takes at most per batch.
+    pub publish_batch: usize,
+    /// How long a committer waits for a batch to fill (ms, real time).
+    pub publish_window_ms: u64,
+    /// Share of feed records delivered twice.
+    pub feed_duplicate_share: f64,
+    /// Probability that a publish stops at a step each time it reaches one.
+    pub publish_crash_rate: f64,
+    /// Share of the committers' ledger and object-store calls that fail transiently. Lower
+    /// than [`ChaosConfig::fault_rate`]: a publish of a batch makes dozens of calls (a footer
+    /// per file added) and any fault fails the whole publish.
+    pub publish_fault_rate: f64,
 }
 
 impl ChaosConfig {
@@ -161,6 +193,26 @@ impl ChaosConfig {
             late_share: 0.1,
             rows: (1, 8),
             lost_share: 0.0,
+            table: false,
+            committers: 2,
+            // Batches of up to 100 records keep the publishes (each loads the table's whole
+            // log: no checkpoints) few enough for the S3 emulator: ≈25 commits per small run.
+            publish_batch: 100,
+            publish_window_ms: 100,
+            feed_duplicate_share: 0.1,
+            // A small run reaches each step 25–70 times: at 15% a step without a crash is
+            // ≈1% likely for an arbitrary seed (the default seed crashes within the first six
+            // times each step is reached).
+            publish_crash_rate: 0.15,
+            publish_fault_rate: 0.03,
+        }
+    }
+
+    /// The same run in table mode.
+    pub fn with_table(self) -> Self {
+        Self {
+            table: true,
+            ..self
         }
     }
 }
@@ -736,6 +788,15 @@ impl Ledger for FaultyLedger {
         self.inner.get_many(source_id, keys).await
     }
 
+    async fn get_many_latest(
+        &self,
+        source_id: &str,
+        keys: &[String],
+    ) -> Result<Vec<Record>, LedgerError> {
+        self.before("BatchGetItem (consistent)", source_id, "")?;
+        self.inner.get_many_latest(source_id, keys).await
+    }
+
     async fn list_range(
         &self,
         source_id: &str,
@@ -872,20 +933,25 @@ const REJECTING: [bool; 3] = [true, true, false];
 /// Share of the versions of a rejecting source that hold 1–3 bad rows.
 const BAD_ROW_SHARE: f64 = 0.15;
 
-/// The suites' sources document with `on_bad_row: reject` on the [`REJECTING`] sources.
-fn chaos_config(b: &Backends, max_attempts: u32) -> Arc<Config> {
-    let base = orders_config(&b.landing, &b.lake, max_attempts, None);
-    let mut sources: Vec<Value> = base
-        .sources
-        .iter()
-        .map(|s| serde_json::to_value(&s.doc).expect("source document"))
-        .collect();
+/// Sources (by index into [`SOURCES`]) that publish a Delta table in table mode, with their
+/// partitioning: `orders` by the date in its keys, `archive` (`on_delete: keep`) not
+/// partitioned; `orders_json` keeps the loose-file path covered.
+const TABLES: [Option<&str>; 3] = [Some("key_date"), None, Some("none")];
+
+/// The suites' sources document with `on_bad_row: reject` on the [`REJECTING`] sources, and
+/// in table mode an `output.table` on the [`TABLES`] sources.
+fn chaos_config(b: &Backends, max_attempts: u32, table: bool) -> Arc<Config> {
+    let mut doc = orders_doc(&b.landing, &b.lake, max_attempts, None);
+    let sources = doc["sources"].as_array_mut().expect("sources");
     for (i, source) in sources.iter_mut().enumerate() {
         if REJECTING[i] {
             source["on_bad_row"] = "reject".into();
         }
+        if let (true, Some(partitioning)) = (table, TABLES[i]) {
+            source["output"]["partitioning"] = partitioning.into();
+            source["output"]["table"] = json!({"format": "delta"});
+        }
     }
-    let doc = json!({ "sources": sources });
     Arc::new(Config::from_json(&doc.to_string()).expect("chaos config is valid"))
 }
 
@@ -1509,15 +1575,50 @@ pub struct SourceCheck {
     pub lost_rejects: usize,
     /// Rejects files that belong to no current object with bad rows.
     pub orphan_rejects: usize,
+    /// A table source's files under its output prefix that its ledger records do not name:
+    /// outputs of replaced versions and of crashed attempts (named per claim, kept until the
+    /// table's VACUUM). Not in `lake_objects` or `lake`.
+    pub loose_outputs: usize,
+    /// Their rows.
+    pub loose_rows: u64,
+    /// A table source's table, read back (table mode, final check).
+    pub table: Option<TableCheck>,
 }
 
-/// The generated data against what the lake and the ledger hold. `details` gets one line per
-/// problem (capped).
+/// A table read back by the Python `deltalake` package (its latest version), and its log
+/// read back through the object store.
+#[derive(Debug, Clone, Default)]
+pub struct TableCheck {
+    /// The version read.
+    pub version: i64,
+    /// Its active files.
+    pub files: usize,
+    /// Its rows and sums.
+    pub totals: Totals,
+    /// Rows of current objects not in the table.
+    pub lost_rows: u64,
+    /// Rows in the table more than once, or of a replaced, deleted or unknown version.
+    pub duplicated_rows: u64,
+    /// Commits after the table's creation (versions 1..).
+    pub commits: usize,
+    /// Files added and removed by them.
+    pub adds: u64,
+    /// Files removed by them.
+    pub removes: u64,
+    /// Most files one commit added.
+    pub max_adds: u64,
+    /// Data files added by more than one commit (each file of the table is added once).
+    pub readded: usize,
+}
+
+/// The generated data against what the lake and the ledger hold (and, with `read_tables`,
+/// the tables of table sources). `details` gets one line per problem (capped).
 async fn check(
     b: &Backends,
     config: &Config,
     objects: &[Object],
     details: &mut Vec<String>,
+    read_tables: bool,
 ) -> Vec<SourceCheck> {
     let mut out = Vec::new();
     let note = |details: &mut Vec<String>, s: String| {
@@ -1528,10 +1629,26 @@ async fn check(
     for (si, (id, _, _, _)) in SOURCES.iter().enumerate() {
         let source = config.source(id).expect("source in config");
         let keep = source.doc.on_delete == tidemark::config::OnDelete::Keep;
+        let table = source.table().is_some();
         let mut c = SourceCheck {
             source_id: id.to_string(),
             ..Default::default()
         };
+        // The ledger, one consistent read per key: checked below, and for a table source it
+        // names the outputs (one file per claim).
+        let reads = objects.iter().filter(|o| o.source == si).map(|o| {
+            let ledger = b.ledger.clone();
+            async move { (o, ledger.get(id, &o.key).await) }
+        });
+        let records: Vec<(&Object, Option<Record>)> = futures::stream::iter(reads)
+            .buffer_unordered(16)
+            .map(|(o, r)| (o, r.unwrap_or_else(|e| panic!("ledger get {}: {e}", o.key))))
+            .collect()
+            .await;
+        let by_key: HashMap<&str, &Record> = records
+            .iter()
+            .filter_map(|(o, r)| r.as_ref().map(|r| (o.key.as_str(), r)))
+            .collect();
         // What the lake must hold: output key → the current version.
         let mut expected: HashMap<String, (&Object, &Version)> = HashMap::new();
         // Rejects file → the current version with bad rows.
@@ -1560,7 +1677,34 @@ async fn check(
                     c.kept_objects += 1;
                     c.kept.add(&v.totals);
                 }
-                expected.insert(source.output_key(&o.key), (o, v));
+                if !table {
+                    expected.insert(source.output_key(&o.key), (o, v));
+                    continue;
+                }
+                let outputs: Vec<&str> = by_key
+                    .get(o.key.as_str())
+                    .and_then(|r| r.committed.as_ref())
+                    .map(|com| {
+                        com.outputs
+                            .iter()
+                            .filter(|out| out.bucket == b.lake)
+                            .map(|out| out.key.as_str())
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if outputs.is_empty() {
+                    c.lost_objects += 1;
+                    note(
+                        details,
+                        format!(
+                            "{id}: {} (etag {}) has no committed output in the ledger",
+                            o.key, v.etag
+                        ),
+                    );
+                }
+                for out in outputs {
+                    expected.insert(out.to_string(), (o, v));
+                }
             }
         }
 
@@ -1568,20 +1712,10 @@ async fn check(
         let prefix = source.doc.output.prefix.clone();
         let mut seen: HashMap<i64, u32> = HashMap::new();
         let mut found_outputs = BTreeSet::new();
-        let mut keys = Vec::new();
-        let mut token = None;
-        loop {
-            let page = b
-                .store
-                .list(&b.lake, &prefix, token.as_deref())
-                .await
-                .expect("list lake");
-            keys.extend(page.objects.into_iter().map(|m| m.key));
-            match page.next {
-                Some(t) => token = Some(t),
-                None => break,
-            }
-        }
+        let mut keys = list_all(b, &b.lake, &prefix).await;
+        // A table's log is not an output.
+        let log_prefix = format!("{prefix}_delta_log/");
+        keys.retain(|k| !k.starts_with(&log_prefix));
         // The rejects files: one JSON line per rejected row of their object's version.
         let rejects_prefix = format!("{prefix}_rejects/");
         let (rejects, keys): (Vec<String>, Vec<String>) = keys
@@ -1656,6 +1790,15 @@ async fn check(
             .await;
         outputs.sort_by(|a, b| a.0.cmp(&b.0));
         for (key, read) in outputs {
+            // A table source's file that its record does not name, named as one of its
+            // outputs: a replaced version's, or a crashed attempt's.
+            if table && !expected.contains_key(&key) && table_key_hash_of(&key).is_some() {
+                c.loose_outputs += 1;
+                if let Ok((totals, _)) = &read {
+                    c.loose_rows += totals.rows;
+                }
+                continue;
+            }
             c.lake_objects += 1;
             let (totals, ids) = match read {
                 Ok(x) => x,
@@ -1719,17 +1862,8 @@ async fn check(
         }
         c.duplicated_rows += seen.keys().filter(|i| !all_ids.contains_key(i)).count() as u64;
 
-        // The ledger, one consistent read per key.
-        let reads = objects.iter().filter(|o| o.source == si).map(|o| {
-            let ledger = b.ledger.clone();
-            async move { (o, ledger.get(id, &o.key).await) }
-        });
-        let records: Vec<_> = futures::stream::iter(reads)
-            .buffer_unordered(16)
-            .collect()
-            .await;
-        for (o, record) in records {
-            let record = record.unwrap_or_else(|e| panic!("ledger get {}: {e}", o.key));
+        // The ledger.
+        for (o, record) in &records {
             let Some(r) = record else {
                 // A deleted key whose delete event was lost may never have been seen at all
                 // (no event of it delivered): nothing to record, nothing in the lake.
@@ -1803,9 +1937,166 @@ async fn check(
                 );
             }
         }
+        if table && read_tables {
+            c.table = Some(check_table(b, source, &all_ids, details).await);
+        }
         out.push(c);
     }
     out
+}
+
+/// Every key under `prefix` in `bucket`.
+async fn list_all(b: &Backends, bucket: &str, prefix: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut token = None;
+    loop {
+        let page = b
+            .store
+            .list(bucket, prefix, token.as_deref())
+            .await
+            .expect("list");
+        keys.extend(page.objects.into_iter().map(|m| m.key));
+        match page.next {
+            Some(t) => token = Some(t),
+            None => return keys,
+        }
+    }
+}
+
+/// `source`'s table read back by the Python `deltalake` package (latest version) against
+/// the rows ids of the generated data (`all_ids`: id → is it a row of a current object),
+/// and its log read back through the object store.
+async fn check_table(
+    b: &Backends,
+    source: &tidemark::config::Source,
+    all_ids: &HashMap<i64, bool>,
+    details: &mut Vec<String>,
+) -> TableCheck {
+    let id = source.id();
+    let mut note = |s: String| {
+        if details.len() < 40 {
+            details.push(s);
+        }
+    };
+    let uri = crate::table_reader::table_uri(b, source);
+    let read = tokio::task::spawn_blocking(move || crate::table_reader::read_table(&uri, None))
+        .await
+        .expect("the Delta reader");
+    assert_eq!(
+        read["columns"][0], "order_id",
+        "{id}: the table's first column: {}",
+        read["columns"]
+    );
+    let ids: Vec<i64> = read["first_column"]
+        .as_array()
+        .expect("first_column")
+        .iter()
+        .map(|v| v.as_i64().expect("an order_id"))
+        .collect();
+    let sum = |name: &str| read["sums"][name].as_str().unwrap_or("0").to_string();
+    let mut t = TableCheck {
+        version: read["version"].as_i64().unwrap_or(-1),
+        files: read["files"].as_u64().unwrap_or(0) as usize,
+        totals: Totals {
+            rows: read["rows"].as_u64().unwrap_or(0),
+            order_ids: sum("order_id").parse().expect("sum of order_id"),
+            quantity: sum("quantity").parse().expect("sum of quantity"),
+            amount_cents: parse_cents(&sum("amount")).expect("sum of amount"),
+        },
+        ..Default::default()
+    };
+    let mut seen: HashMap<i64, u64> = HashMap::new();
+    for i in &ids {
+        *seen.entry(*i).or_default() += 1;
+    }
+    let mut samples = (Vec::new(), Vec::new());
+    for (i, current) in all_ids {
+        let n = seen.get(i).copied().unwrap_or(0);
+        if *current {
+            if n == 0 {
+                t.lost_rows += 1;
+                samples.0.push(*i);
+            }
+            if n > 1 {
+                samples.1.push(*i);
+            }
+            t.duplicated_rows += n.saturating_sub(1);
+        } else if n > 0 {
+            t.duplicated_rows += n;
+            samples.1.push(*i);
+        }
+    }
+    for (i, n) in &seen {
+        if !all_ids.contains_key(i) {
+            t.duplicated_rows += n;
+            samples.1.push(*i);
+        }
+    }
+    for (what, mut rows) in [("missing", samples.0), ("extra", samples.1)] {
+        if !rows.is_empty() {
+            rows.sort_unstable();
+            rows.truncate(12);
+            note(format!(
+                "{id}: table version {}: rows {what}, first order_ids {rows:?}",
+                t.version
+            ));
+        }
+    }
+
+    // The log: every commit's adds and removes; no data file added twice.
+    let log = format!("{}_delta_log/", source.doc.output.prefix);
+    let mut added: HashMap<String, u32> = HashMap::new();
+    for key in list_all(b, &source.doc.output.bucket, &log).await {
+        let Some(version) = key
+            .strip_prefix(&log)
+            .and_then(|n| n.strip_suffix(".json"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let GetOutcome::Found { mut body, .. } = b
+            .store
+            .get(&source.doc.output.bucket, &key, None)
+            .await
+            .expect("get a log entry")
+        else {
+            continue;
+        };
+        let mut bytes = Vec::new();
+        tokio::io::AsyncReadExt::read_to_end(&mut body, &mut bytes)
+            .await
+            .expect("read a log entry");
+        let (mut adds, mut removes) = (0u64, 0u64);
+        for line in String::from_utf8_lossy(&bytes).lines() {
+            let action: Value = serde_json::from_str(line).expect("a log action");
+            if let Some(path) = action["add"]["path"].as_str() {
+                adds += 1;
+                *added.entry(path.to_string()).or_default() += 1;
+            }
+            if action.get("remove").is_some() {
+                removes += 1;
+            }
+        }
+        if version > 0 {
+            t.commits += 1;
+            t.adds += adds;
+            t.removes += removes;
+            t.max_adds = t.max_adds.max(adds);
+        }
+    }
+    let twice: Vec<&String> = added
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(p, _)| p)
+        .collect();
+    t.readded = twice.len();
+    if let Some(p) = twice.first() {
+        note(format!(
+            "{id}: {} data file(s) added by more than one commit, e.g. {p}",
+            twice.len()
+        ));
+    }
+    t
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1891,6 +2182,114 @@ pub struct ChaosReport {
     pub details: Vec<String>,
     /// Phase durations: generate + upload, drive, reconcile ×2, check.
     pub durations: Vec<(&'static str, Duration)>,
+    /// Table mode: what the committers did.
+    pub committer: Option<CommitterReport>,
+}
+
+/// The committers' lines of the report.
+fn committer_rows(row: &mut impl FnMut(&str, String), cr: &CommitterReport) {
+    row(
+        "table mode: committers / feed",
+        format!(
+            "{} committers; {} records from ledger writes (+{} delivered twice), {} batches \
+             taken ({} records; {} of the source without a table)",
+            cr.committers,
+            cr.feed_records,
+            cr.feed_duplicates,
+            cr.batches,
+            cr.records_taken,
+            cr.ignored
+        ),
+    );
+    for (id, t) in &cr.by_source {
+        row(
+            &format!("  {id}: publishes"),
+            format!(
+                "{}: {} committed ({} files added, {} removed, at most {} in one), {} nothing \
+                 to do, {} failed; {} lost races rebuilt",
+                t.publishes,
+                t.committed,
+                t.added,
+                t.removed,
+                t.max_added,
+                t.nothing_to_do,
+                t.failed,
+                t.lost_races
+            ),
+        );
+    }
+    let reached: u64 = cr
+        .crashes
+        .iter()
+        .filter(|(s, _, _)| *s == PUBLISH_STEPS[0])
+        .map(|(_, r, _)| r)
+        .sum();
+    row(
+        "  publish crashes injected",
+        format!(
+            "{} ({} publish attempts reached the first step)",
+            cr.crashes.iter().map(|(_, _, n)| n).sum::<u64>(),
+            reached
+        ),
+    );
+    for (step, reached, n) in &cr.crashes {
+        row(
+            &format!("    at {step:?}"),
+            format!("{n} of {reached} reached"),
+        );
+    }
+    row(
+        "  publishes failed, records put back",
+        format!(
+            "{} / {} (failed in the drain: {}; left: {})",
+            cr.put_back.0, cr.put_back.1, cr.failures_in_drain, cr.left
+        ),
+    );
+    let layer = |l: &str| -> u64 {
+        cr.faults
+            .iter()
+            .filter(|((x, _, _), _)| *x == l)
+            .map(|(_, n)| n)
+            .sum()
+    };
+    row(
+        "  committer faults injected",
+        format!(
+            "store {}, ledger {}, of {} calls ({})",
+            layer("store"),
+            layer("ledger"),
+            cr.calls.values().sum::<u64>(),
+            cr.calls
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    row(
+        "  publish errors",
+        if cr.errors.is_empty() {
+            "none".into()
+        } else {
+            cr.errors
+                .iter()
+                .map(|(k, v)| format!("{k} ×{v}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        },
+    );
+    row(
+        "  sweep after the check (publish_all)",
+        cr.sweeps
+            .iter()
+            .map(|(id, r)| match r {
+                Ok(None) => format!("{id}: nothing to commit"),
+                Ok(Some(v)) => format!("{id}: COMMITTED version {v}"),
+                Err(e) => format!("{id}: failed: {e}"),
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
 }
 
 fn sum_checks(checks: &[SourceCheck], f: impl Fn(&SourceCheck) -> u64) -> u64 {
@@ -1901,14 +2300,23 @@ impl ChaosReport {
     /// Current objects lost (no output, or the output of another version), over all sources.
     pub fn lost(&self) -> u64 {
         sum_checks(&self.sources, |c| {
-            c.lost_objects as u64 + c.lost_rows + c.lost_rejects as u64
+            c.lost_objects as u64
+                + c.lost_rows
+                + c.lost_rejects as u64
+                + c.table.as_ref().map_or(0, |t| t.lost_rows)
         })
     }
 
-    /// Duplicated rows and orphan outputs, over all sources.
+    /// Duplicated rows and orphan outputs, over all sources (with the tables' duplicated rows
+    /// and files added twice).
     pub fn duplicated(&self) -> u64 {
         sum_checks(&self.sources, |c| {
-            c.duplicated_rows + c.orphan_outputs as u64 + c.orphan_rejects as u64
+            c.duplicated_rows
+                + c.orphan_outputs as u64
+                + c.orphan_rejects as u64
+                + c.table
+                    .as_ref()
+                    .map_or(0, |t| t.duplicated_rows + t.readded as u64)
         })
     }
 
@@ -2176,6 +2584,9 @@ impl ChaosReport {
                 format!("{} problem(s)", self.second_reconcile.len())
             },
         );
+        if let Some(cr) = &self.committer {
+            committer_rows(&mut row, cr);
+        }
         row(
             "durations",
             self.durations
@@ -2197,6 +2608,9 @@ impl ChaosReport {
                 rows.push(("kept", sc.kept_objects, &sc.kept));
             }
             rows.push(("lake", sc.lake_objects, &sc.lake));
+            if let Some(tc) = &sc.table {
+                rows.push(("table", tc.files, &tc.totals));
+            }
             rows.push(("ledger", sc.ledger_done, &sc.ledger));
             for (name, n, tot) in rows {
                 let ids = if name == "ledger" {
@@ -2265,6 +2679,46 @@ impl ChaosReport {
                 sc.orphan_rejects
             );
         }
+        if self.sources.iter().any(|sc| sc.table.is_some()) {
+            let _ = writeln!(t);
+            let _ = writeln!(
+                t,
+                "  {:<12} {:>7} {:>7} {:>6} {:>6} {:>7} {:>15} {:>9} {:>8} {:>7} {:>13}",
+                "TABLE",
+                "VERSION",
+                "COMMITS",
+                "ADDS",
+                "FILES",
+                "REMOVES",
+                "ADDS/COMMIT",
+                "LOST ROWS",
+                "DUP ROWS",
+                "READDED",
+                "LOOSE (ROWS)"
+            );
+            for sc in &self.sources {
+                let Some(tc) = &sc.table else { continue };
+                let _ = writeln!(
+                    t,
+                    "  {:<12} {:>7} {:>7} {:>6} {:>6} {:>7} {:>15} {:>9} {:>8} {:>7} {:>13}",
+                    sc.source_id,
+                    tc.version,
+                    tc.commits,
+                    tc.adds,
+                    tc.files,
+                    tc.removes,
+                    format!(
+                        "{:.1} avg, {} max",
+                        tc.adds as f64 / tc.commits.max(1) as f64,
+                        tc.max_adds
+                    ),
+                    tc.lost_rows,
+                    tc.duplicated_rows,
+                    tc.readded,
+                    format!("{} ({})", sc.loose_outputs, sc.loose_rows)
+                );
+            }
+        }
         let _ = writeln!(
             t,
             "  lost {}, duplicated {}{}",
@@ -2287,6 +2741,9 @@ impl ChaosReport {
         }
         for e in &self.error_samples {
             let _ = writeln!(t, "  ? error: {e}");
+        }
+        for e in self.committer.iter().flat_map(|c| &c.error_samples) {
+            let _ = writeln!(t, "  ? publish error: {e}");
         }
         t
     }
@@ -2328,6 +2785,40 @@ impl ChaosReport {
                 sc.source_id
             );
         }
+        for (i, sc) in self.sources.iter().enumerate() {
+            if self.config.table && TABLES[i].is_some() {
+                assert!(
+                    sc.table.is_some(),
+                    "{}: table not read\n{table}",
+                    sc.source_id
+                );
+            }
+            let Some(tc) = &sc.table else { continue };
+            let mut expected = sc.source;
+            expected.add(&sc.kept);
+            assert_eq!(
+                tc.totals, expected,
+                "{}: table vs source (+ kept by policy)\n{table}",
+                sc.source_id
+            );
+            assert_eq!(
+                tc.files,
+                sc.objects + sc.kept_objects,
+                "{}: one file per current object in the table\n{table}",
+                sc.source_id
+            );
+        }
+        if let Some(c) = &self.committer {
+            assert_eq!(c.left, 0, "feed records never published\n{table}");
+            for (id, sweep) in &c.sweeps {
+                assert_eq!(
+                    sweep,
+                    &Ok(None),
+                    "{id}: a sweep after the drain had something to commit: the feed's \
+                     publishes left the table behind the ledger\n{table}"
+                );
+            }
+        }
         assert!(
             self.second_reconcile.is_empty(),
             "the second reconcile is not clean\n{table}"
@@ -2355,7 +2846,13 @@ struct Layers {
 }
 
 impl Layers {
-    fn new(b: &Backends, cfg: &ChaosConfig, config: &Arc<Config>) -> Self {
+    /// The workers' faulty layers; in table mode the ledger writes also feed `feed`.
+    fn new(
+        b: &Backends,
+        cfg: &ChaosConfig,
+        config: &Arc<Config>,
+        feed: Option<&Arc<committer::Feed>>,
+    ) -> Self {
         let fault_stats = Arc::new(FaultStats::default());
         let store_plan = Arc::new(FaultPlan::new(
             cfg.seed,
@@ -2371,13 +2868,24 @@ impl Layers {
         ));
         Self {
             store: Arc::new(FaultyStore::new(b.store.clone(), store_plan.clone())),
-            ledger: Arc::new(FaultyLedger::new(b.ledger.clone(), ledger_plan.clone())),
+            ledger: Arc::new(FaultyLedger::new(
+                fed(b.ledger.clone(), feed),
+                ledger_plan.clone(),
+            )),
             fault_stats,
             store_plan,
             ledger_plan,
             crash_stats: Arc::new(CrashStats::default()),
             config: config.clone(),
         }
+    }
+}
+
+/// `ledger`, feeding `feed` with its writes when there is one.
+fn fed(ledger: Arc<dyn Ledger>, feed: Option<&Arc<committer::Feed>>) -> Arc<dyn Ledger> {
+    match feed {
+        Some(feed) => Arc::new(FeedLedger::new(ledger, feed.clone())),
+        None => ledger,
     }
 }
 
@@ -2447,14 +2955,17 @@ pub async fn run(b: &Backends, cfg: ChaosConfig) -> ChaosReport {
     let started = Instant::now();
     let mut durations = Vec::new();
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let config = chaos_config(b, cfg.max_attempts);
+    let config = chaos_config(b, cfg.max_attempts, cfg.table);
 
     // 1. Data. Every event is driven only after the uploads of its phase: the keys not
     // staged get all their versions and their delete before any event; the staged ones their
     // first version in phase 1, their overwrites and delete in phase 2.
     let mut objects = generate(&cfg, &mut rng);
     durations.push(("generate", started.elapsed()));
-    let layers = Layers::new(b, &cfg, &config);
+    // Table mode: the committers run from the first event to the end of the drain.
+    let committers = cfg.table.then(|| Committers::start(b, &cfg, &config));
+    let feed = committers.as_ref().map(|c| c.feed.clone());
+    let layers = Layers::new(b, &cfg, &config, feed.as_ref());
     let mut tally = WorkerTally::default();
     let mut events = 0;
     let mut deliveries = 0;
@@ -2544,13 +3055,14 @@ pub async fn run(b: &Backends, cfg: ChaosConfig) -> ChaosReport {
     b.clock.advance(LEASE_MARGIN_MS + 1);
     let mut ignored = Vec::new();
     let t = Instant::now();
-    let before_reconcile = check(b, &config, &objects, &mut ignored).await;
+    let before_reconcile = check(b, &config, &objects, &mut ignored, false).await;
     durations.push(("check before reconcile", t.elapsed()));
 
     let recon = Instant::now();
+    // Its re-drives write the ledger: in table mode they feed the committers too.
     let mut clean = Pipeline::new(
         b.store.clone(),
-        b.ledger.clone(),
+        fed(b.ledger.clone(), feed.as_ref()),
         Arc::new(b.clock.clone()),
         config.clone(),
     );
@@ -2637,10 +3149,31 @@ pub async fn run(b: &Backends, cfg: ChaosConfig) -> ChaosReport {
     }
     durations.push(("reconcile #2", recon2.elapsed()));
 
-    // 5. The independent check.
+    // 5. Table mode: no more changes come; the committers drain the feed (only publishes
+    // of the keys it names, no sweep).
+    let mut committer = None;
+    if let Some(c) = committers {
+        let t = Instant::now();
+        committer = Some(c.finish().await);
+        durations.push(("drain", t.elapsed()));
+    }
+
+    // 6. The independent check.
     let chk = Instant::now();
-    let sources = check(b, &config, &objects, &mut details).await;
+    let sources = check(b, &config, &objects, &mut details, cfg.table).await;
     durations.push(("check", chk.elapsed()));
+
+    // 7. Then a sweep of each table against the ledger must find nothing to commit.
+    if let Some(c) = &mut committer {
+        let sweeper = committer::publisher(b, &config, b.ledger.clone(), b.store.clone());
+        for source in sweeper.table_sources() {
+            let r = sweeper.publish_all(source.id()).await;
+            c.sweeps.push((
+                source.id().to_string(),
+                r.map(|p| p.committed).map_err(|e| e.to_string()),
+            ));
+        }
+    }
     durations.push(("total", started.elapsed()));
 
     ChaosReport {
@@ -2687,6 +3220,7 @@ pub async fn run(b: &Backends, cfg: ChaosConfig) -> ChaosReport {
         sources,
         details,
         durations,
+        committer,
         config: cfg,
     }
 }

@@ -7,6 +7,7 @@
 
 pub mod chaos;
 mod flaky;
+pub mod table_reader;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -7,6 +7,12 @@
 //! to the current source objects', the ledger right, nothing quarantined, the second reconcile
 //! clean. How faults and crashes are injected: `tidemark_tests::chaos`.
 //!
+//! The table mode runs the same scenario with `orders` and `archive` published as Delta
+//! tables by two committers beside the workers, fed by the ledger's writes (at least once,
+//! batched), crashing at every step of a publish and meeting faults of their own; the feed is
+//! drained by them alone, then each table is read back by the Python `deltalake` package and
+//! must hold exactly the current objects' rows, and a sweep must find nothing to commit.
+//!
 //! The small runs are always on (both backend pairs, well under a minute each). The full-size
 //! runs (8,000 objects, ≈10,300 events, ≈20,000 deliveries; one per pair, one after the other)
 //! are ignored by default:
@@ -52,6 +58,40 @@ fn small_with_lost_events() -> ChaosConfig {
     }
 }
 
+/// Every event delivered 1–3 times, two sources publishing Delta tables.
+fn small_with_tables() -> ChaosConfig {
+    ChaosConfig::small(chaos::seed_from_env()).with_table()
+}
+
+/// The committers' chaos meant something: publishes crashed at every step, commits landed,
+/// some with many objects, and each table was read back.
+fn assert_committers_crashed_at_every_step(r: &ChaosReport) {
+    let c = r.committer.as_ref().expect("a table-mode run");
+    for step in chaos::committer::PUBLISH_STEPS {
+        assert!(
+            c.crashes_at(step) > 0,
+            "no publish crashed at {step:?}\n{}",
+            r.table()
+        );
+    }
+    for sc in r.sources.iter().filter(|sc| sc.table.is_some()) {
+        let t = sc.table.as_ref().unwrap();
+        assert!(
+            t.commits > 1 && t.max_adds > 1,
+            "{}: {} commits, at most {} files in one\n{}",
+            sc.source_id,
+            t.commits,
+            t.max_adds,
+            r.table()
+        );
+    }
+    assert_eq!(
+        r.sources.iter().filter(|sc| sc.table.is_some()).count(),
+        2,
+        "tables read"
+    );
+}
+
 fn assert_full_size(r: &ChaosReport) {
     assert!(r.keys >= 2_000, "{} objects", r.keys);
     assert!(r.events >= 10_000, "{} events", r.events);
@@ -79,6 +119,18 @@ async fn small_chaos_run_with_lost_events_is_repaired_by_reconcile_on_dynamodb_l
  {
     let r = chaos_run(Backends::aws().await, small_with_lost_events()).await;
     assert!(r.lost_events > 0, "no event was lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_chaos_run_with_tables_on_the_embedded_backends() {
+    let r = chaos_run(Backends::embedded().await, small_with_tables()).await;
+    assert_committers_crashed_at_every_step(&r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_chaos_run_with_tables_on_dynamodb_local_and_the_s3_emulator() {
+    let r = chaos_run(Backends::aws().await, small_with_tables()).await;
+    assert_committers_crashed_at_every_step(&r);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

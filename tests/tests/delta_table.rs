@@ -11,7 +11,6 @@
 //!   twice or missing.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
@@ -19,6 +18,7 @@ use publish::{Faults, PublishError, Publisher, Step, TableStore};
 use serde_json::{Value, json};
 use tidemark::config::{Config, Source};
 use tidemark::process::Pipeline;
+use tidemark_tests::table_reader::{self, reader_python};
 use tidemark_tests::{Backends, form_encode, orders_csv, orders_doc};
 
 const ORDERS: &str = "orders";
@@ -34,10 +34,7 @@ fn config(b: &Backends) -> Arc<Config> {
 }
 
 fn tables(b: &Backends) -> TableStore {
-    match b.folder_root() {
-        Some(root) => TableStore::Local { root },
-        None => TableStore::s3_from_env(),
-    }
+    table_reader::tables(b)
 }
 
 fn publisher(b: &Backends, config: &Arc<Config>) -> Publisher {
@@ -59,43 +56,12 @@ fn source<'a>(config: &'a Config, id: &str) -> &'a Source {
 
 /// The table's URI for the reader: a folder, or `s3://…`.
 fn table_uri(b: &Backends, config: &Config, id: &str) -> String {
-    let url = tables(b).url(source(config, id)).unwrap();
-    match url.scheme() {
-        "file" => url.to_file_path().unwrap().display().to_string(),
-        _ => url.to_string(),
-    }
-}
-
-fn reader_python() -> PathBuf {
-    let python =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.local/venv-readers/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: the Delta reader suites need the `deltalake` Python package. Run them \
-         with `infra/test.sh`, which installs it into .local/venv-readers",
-        python.display()
-    );
-    python
-}
-
-fn reader_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("readers/read_delta.py")
+    table_reader::table_uri(b, source(config, id))
 }
 
 /// The table read by the Python `deltalake` package (latest version, or `version`).
 fn read(uri: &str, version: Option<i64>) -> Value {
-    let mut cmd = Command::new(reader_python());
-    cmd.arg(reader_script()).arg(uri);
-    if let Some(v) = version {
-        cmd.arg(v.to_string());
-    }
-    let out = cmd.output().expect("run the Delta reader");
-    assert!(
-        out.status.success(),
-        "the Delta reader failed on {uri}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("reader output is JSON")
+    table_reader::read_table(uri, version)
 }
 
 fn ids(v: &Value) -> Vec<i64> {
@@ -446,6 +412,29 @@ async fn racing_committers_publish_each_object_once_aws() {
 #[tokio::test]
 async fn racing_committers_publish_each_object_once_embedded() {
     racing_committers_publish_each_object_once(Backends::embedded().await).await;
+}
+
+/// A publish before any output of the source exists (on the folder store, before its table
+/// folder does) creates the empty table instead of failing until an output comes.
+async fn a_publish_before_any_output_creates_the_table(b: Backends) {
+    let config = config(&b);
+    let p = publisher(&b, &config)
+        .publish_keys(ORDERS, &["in/2026-09-01/never.csv".to_string()])
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", b.name));
+    assert_eq!((p.committed, p.table_version), (None, 0), "{p:?}");
+    let t = read(&table_uri(&b, &config, ORDERS), None);
+    assert_eq!((&t["version"], &t["rows"]), (&json!(0), &json!(0)), "{t}");
+}
+
+#[tokio::test]
+async fn a_publish_before_any_output_creates_the_table_aws() {
+    a_publish_before_any_output_creates_the_table(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn a_publish_before_any_output_creates_the_table_embedded() {
+    a_publish_before_any_output_creates_the_table(Backends::embedded().await).await;
 }
 
 async fn committers_racing_to_create_the_table_share_it(b: Backends) {

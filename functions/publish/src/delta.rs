@@ -96,6 +96,16 @@ pub fn register_s3() {
 pub async fn open(store: &TableStore, source: &Source) -> Result<DeltaTable, DeltaTableError> {
     register_s3();
     let url = store.url(source)?;
+    // A folder store's table root exists only once an output was written under it, and
+    // delta-rs reports a missing root as an invalid location, not as "no table": make it.
+    if let TableStore::Local { .. } = store {
+        let dir = url
+            .to_file_path()
+            .map_err(|()| DeltaTableError::Generic(format!("{url} is not a local path")))?;
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            DeltaTableError::Generic(format!("creating the table folder {}: {e}", dir.display()))
+        })?;
+    }
     if let Some(table) = load(store, &url).await? {
         return Ok(table);
     }
@@ -132,7 +142,14 @@ pub async fn load_existing(
     source: &Source,
 ) -> Result<Option<DeltaTable>, DeltaTableError> {
     register_s3();
-    load(store, &store.url(source)?).await
+    let url = store.url(source)?;
+    // No folder yet on the folder store: no table (delta-rs would call it an invalid location).
+    if let TableStore::Local { .. } = store
+        && url.to_file_path().is_ok_and(|dir| !dir.exists())
+    {
+        return Ok(None);
+    }
+    load(store, &url).await
 }
 
 async fn load(store: &TableStore, url: &Url) -> Result<Option<DeltaTable>, DeltaTableError> {

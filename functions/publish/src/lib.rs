@@ -396,16 +396,15 @@ impl Publisher {
             }
             let mut actions = Vec::with_capacity(plan.adds.len() + plan.removes.len());
             // The new files' footers, read concurrently (kept across attempts).
-            let wanted: Vec<(&String, &String)> = plan
+            // (Futures made first and then run: a stream of closures returning futures that
+            // borrow would not be `Send` for every lifetime, which spawning needs.)
+            let wanted: Vec<_> = plan
                 .adds
                 .iter()
                 .filter(|(_, out_key, _)| !footers.contains_key(out_key))
-                .map(|(key, out_key, _)| (key, out_key))
+                .map(|(key, out_key, _)| self.keyed_footer(source, key.clone(), out_key.clone()))
                 .collect();
             let read: Vec<Result<(String, Footer), PublishError>> = futures::stream::iter(wanted)
-                .map(|(key, out_key)| async move {
-                    Ok((out_key.clone(), self.footer(source, key, out_key).await?))
-                })
                 .buffer_unordered(FOOTER_READS)
                 .collect()
                 .await;
@@ -837,6 +836,17 @@ impl Publisher {
             .expect("not poisoned")
             .insert(out_key, entries.clone());
         Ok(entries)
+    }
+
+    /// [`Publisher::footer`], with the output key it was read for.
+    async fn keyed_footer(
+        &self,
+        source: &Source,
+        key: String,
+        out_key: String,
+    ) -> Result<(String, Footer), PublishError> {
+        let footer = self.footer(source, &key, &out_key).await?;
+        Ok((out_key, footer))
     }
 
     /// The size and statistics of an output, from its footer.

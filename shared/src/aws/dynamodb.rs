@@ -266,6 +266,24 @@ impl DynamoLedger {
     /// The items of these partition keys (absent ones are left out), by BatchGetItem, 100
     /// keys a request. Unprocessed keys (throttling, the 16 MB answer limit) are asked for
     /// again after a growing pause, as the DynamoDB documentation advises.
+    /// The records of `keys` of a source, read in batches (strongly consistent or not).
+    async fn records_of(
+        &self,
+        source_id: &str,
+        keys: &[String],
+        consistent: bool,
+    ) -> Result<Vec<Record>, LedgerError> {
+        let pks = keys.iter().map(|k| pk(source_id, k)).collect();
+        self.batch_get(pks, consistent, source_id)
+            .await?
+            .into_iter()
+            .map(|item| {
+                let key = text(&item, "key").unwrap_or_default();
+                Self::from_item(source_id, &key, item)
+            })
+            .collect()
+    }
+
     async fn batch_get(
         &self,
         pks: Vec<String>,
@@ -806,15 +824,7 @@ impl Ledger for DynamoLedger {
     }
 
     async fn get_many(&self, source_id: &str, keys: &[String]) -> Result<Vec<Record>, LedgerError> {
-        let pks = keys.iter().map(|k| pk(source_id, k)).collect();
-        self.batch_get(pks, false, source_id)
-            .await?
-            .into_iter()
-            .map(|item| {
-                let key = text(&item, "key").unwrap_or_default();
-                Self::from_item(source_id, &key, item)
-            })
-            .collect()
+        self.records_of(source_id, keys, false).await
     }
 
     async fn get_many_latest(
@@ -822,15 +832,7 @@ impl Ledger for DynamoLedger {
         source_id: &str,
         keys: &[String],
     ) -> Result<Vec<Record>, LedgerError> {
-        let pks = keys.iter().map(|k| pk(source_id, k)).collect();
-        self.batch_get(pks, true, source_id)
-            .await?
-            .into_iter()
-            .map(|item| {
-                let key = text(&item, "key").unwrap_or_default();
-                Self::from_item(source_id, &key, item)
-            })
-            .collect()
+        self.records_of(source_id, keys, true).await
     }
 
     async fn list_range(

@@ -758,6 +758,10 @@ async fn the_cli_publishes_and_shows_the_table(b: Backends) {
         "{text}"
     );
 
+    // A source without a table named to status: its lines, no TABLE line, no error.
+    let (code, text) = dispatch(&["status", "--source", "orders_json"]).await;
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{text}");
+    assert!(!text.contains("TABLE"), "{text}");
     let (code, text) = dispatch(&["publish"]).await;
     assert_eq!(code, std::process::ExitCode::SUCCESS, "{text}");
     assert!(

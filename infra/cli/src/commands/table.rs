@@ -220,9 +220,15 @@ pub async fn maintain_command(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Each table source's table compared with the ledger (for `status`).
+/// Each table source's table compared with the ledger (for `status`: a source named that
+/// has no table has no line).
 pub async fn checks(backend: &Backend, only: Option<&str>) -> Result<Vec<TableCheck>, Error> {
-    let ids = table_sources(backend, only)?;
+    let ids: Vec<&str> = backend
+        .sources(only)?
+        .into_iter()
+        .filter(|s| s.table().is_some())
+        .map(|s| s.id())
+        .collect();
     if ids.is_empty() {
         return Ok(Vec::new());
     }

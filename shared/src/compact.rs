@@ -173,11 +173,11 @@ pub fn merge(
 
 /// The schema without metadata (the Arrow schema a reader rebuilds from a file carries the
 /// file's key-value metadata, which differs between inputs).
-fn strip(schema: &arrow_schema::SchemaRef) -> arrow_schema::SchemaRef {
+pub(crate) fn strip(schema: &arrow_schema::SchemaRef) -> arrow_schema::SchemaRef {
     Arc::new(arrow_schema::Schema::new(schema.fields().clone()))
 }
 
-fn properties() -> WriterProperties {
+pub(crate) fn properties() -> WriterProperties {
     WriterProperties::builder()
         .set_compression(Compression::ZSTD(
             ZstdLevel::try_new(3).expect("level 3 is valid"),

@@ -26,7 +26,7 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::convert::{Compression, ConvertSpec, CsvOptions, EmptyStrings, InputFormat};
-use crate::schema::{ColumnSpec, arrow_schema};
+use crate::schema::{ColumnSpec, ColumnType, arrow_schema};
 
 /// The environment variable holding the document inline.
 pub const ENV_CONFIG: &str = "TIDEMARK_CONFIG";
@@ -297,6 +297,27 @@ pub struct OutputDoc {
 pub struct TableDoc {
     /// The table format: `"delta"`.
     pub format: TableFormat,
+    /// Upsert by business key: the columns that identify a row. The table then holds one row
+    /// per key, across every object of the source: the row with the greatest `merge_order`
+    /// value; on equal values (or without `merge_order`) the row of the object whose name
+    /// in the table sorts last (its key relative to the source prefix, every byte outside
+    /// `[A-Za-z0-9._-]` made `_`, then the key's MD5), and within one object the later row.
+    /// A replace or delete of an object brings back the rows it had beaten. Float columns
+    /// are not allowed as keys (`-0.0` and `0.0` differ in their bits).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merge_keys: Vec<String>,
+    /// The column whose greatest value wins among the rows of one key (NULL loses to any
+    /// value), e.g. an `updated_at` timestamp. Needs `merge_keys`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub merge_order: Option<String>,
+}
+
+impl TableDoc {
+    /// The upsert's key and order columns, when the table is merged by key.
+    pub fn merge(&self) -> Option<(&[String], Option<&str>)> {
+        (!self.merge_keys.is_empty())
+            .then_some((self.merge_keys.as_slice(), self.merge_order.as_deref()))
+    }
 }
 
 /// Table formats the committer writes.
@@ -767,6 +788,9 @@ impl Source {
         if let Some(b) = &doc.bookmark {
             crate::bookmark::validate(b, &doc.schema, at)?;
         }
+        if let Some(table) = &doc.output.table {
+            validate_merge(table, &doc.schema, &format!("{at}.output.table"))?;
+        }
         if doc.output.table.is_some() && doc.bookmark.is_some() {
             return Err(invalid(
                 format!("{at}.output.table"),
@@ -1014,6 +1038,56 @@ fn fingerprint(doc: &SourceDoc) -> String {
     )
 }
 
+/// The upsert's columns exist, are not floats, and are named once.
+fn validate_merge(table: &TableDoc, schema: &[ColumnSpec], at: &str) -> Result<(), ConfigError> {
+    if table.merge_keys.is_empty() {
+        return match table.merge_order {
+            Some(_) => Err(invalid(
+                format!("{at}.merge_order"),
+                "needs merge_keys (the columns that identify a row)",
+            )),
+            None => Ok(()),
+        };
+    }
+    let column = |name: &str, field: &str| {
+        let Some(c) = schema.iter().find(|c| c.name == name) else {
+            return Err(invalid(
+                format!("{at}.{field}"),
+                format!("no column {name:?} in the schema"),
+            ));
+        };
+        if matches!(c.ty, ColumnType::Float32 | ColumnType::Float64) {
+            return Err(invalid(
+                format!("{at}.{field}"),
+                format!(
+                    "column {name:?} is a float: equal keys could differ in their bits (-0.0 and 0.0)"
+                ),
+            ));
+        }
+        Ok(())
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for k in &table.merge_keys {
+        column(k, "merge_keys")?;
+        if !seen.insert(k) {
+            return Err(invalid(
+                format!("{at}.merge_keys"),
+                format!("column {k:?} is named twice"),
+            ));
+        }
+    }
+    if let Some(o) = &table.merge_order {
+        // Any type orders (floats totally, NaN greatest).
+        if !schema.iter().any(|c| &c.name == o) {
+            return Err(invalid(
+                format!("{at}.merge_order"),
+                format!("no column {o:?} in the schema"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The hash of a source key inside the names of its table outputs (the key's MD5, 32 hex
 /// digits: 128 bits, so that no two keys of a table share one), by which the committer finds
 /// the files of a key in a table snapshot.
@@ -1064,6 +1138,61 @@ mod tests {
             {{"name":"amount","type":"decimal(12,2)"}}],"sum_columns":["amount"],
             "output":{{"bucket":"lake","prefix":"orders/"}}{extra}}}]}}"#
         )
+    }
+
+    #[test]
+    fn merge_keys_name_columns_that_are_not_floats() {
+        let with = |table: &str| {
+            Config::from_json(&doc("").replace(
+                r#""prefix":"orders/"}"#,
+                &format!(r#""prefix":"orders/","table":{table}}}"#),
+            ))
+        };
+        let c = with(r#"{"format":"delta","merge_keys":["id"],"merge_order":"amount"}"#).unwrap();
+        let table = c.sources[0].table().unwrap();
+        assert_eq!(
+            table.merge(),
+            Some((&["id".to_string()][..], Some("amount")))
+        );
+        let plain = with(r#"{"format":"delta"}"#).unwrap();
+        assert_eq!(plain.sources[0].table().unwrap().merge(), None);
+        // Not a change of the outputs' shape for tables without it.
+        assert_eq!(
+            plain.sources[0].fingerprint,
+            with(r#"{"format":"delta"}"#).unwrap().sources[0].fingerprint
+        );
+        for (bad, says) in [
+            (
+                r#"{"format":"delta","merge_keys":["nope"]}"#,
+                "no column \"nope\"",
+            ),
+            (
+                r#"{"format":"delta","merge_keys":["id","id"]}"#,
+                "named twice",
+            ),
+            (
+                r#"{"format":"delta","merge_order":"id"}"#,
+                "needs merge_keys",
+            ),
+            (
+                r#"{"format":"delta","merge_keys":["id"],"merge_order":"x"}"#,
+                "no column \"x\"",
+            ),
+        ] {
+            let err = with(bad).unwrap_err().to_string();
+            assert!(
+                err.contains("output.table.merge") && err.contains(says),
+                "{bad}: {err}"
+            );
+        }
+        let floats = doc("")
+            .replace(r#""type":"decimal(12,2)""#, r#""type":"float64""#)
+            .replace(
+                r#""prefix":"orders/"}"#,
+                r#""prefix":"orders/","table":{"format":"delta","merge_keys":["amount"]}}"#,
+            );
+        let err = Config::from_json(&floats).unwrap_err().to_string();
+        assert!(err.contains("is a float"), "{err}");
     }
 
     #[test]

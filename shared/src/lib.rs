@@ -46,6 +46,7 @@ pub mod schema;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod upsert;
 pub mod work;
 
 pub use error::{ProcessError, Result};

@@ -1050,3 +1050,224 @@ async fn a_stream_batch_publishes_its_keys_aws() {
 async fn a_stream_batch_publishes_its_keys_embedded() {
     a_stream_batch_publishes_its_keys(Backends::embedded().await).await;
 }
+
+/// A source merged by key (`merge_keys: ["order_id"]`, `merge_order: "ordered_at"`).
+fn merged_config(b: &Backends) -> Arc<Config> {
+    let mut doc = orders_doc(&b.landing, &b.lake, 3, None);
+    doc["sources"][0]["output"] = json!({"bucket": b.lake, "prefix": "merged/",
+        "partitioning": "key_date",
+        "table": {"format": "delta", "merge_keys": ["order_id"], "merge_order": "ordered_at"}});
+    Arc::new(Config::from_json(&doc.to_string()).unwrap())
+}
+
+/// Orders `(id, customer, ordered_at)`, quantity 1 and amount 1.00 each.
+fn export(rows: &[(i64, &str, &str)]) -> String {
+    let mut s = String::from("order_id,customer,quantity,amount,ordered_at\n");
+    for (id, customer, at) in rows {
+        s.push_str(&format!("{id},{customer},1,1.00,{at}\n"));
+    }
+    s
+}
+
+/// The table's rows as order id → customer; fails if an id is there twice.
+fn customers(b: &Backends, t: &Value) -> BTreeMap<i64, String> {
+    let columns = t["columns"].as_array().unwrap();
+    let at = |name: &str| columns.iter().position(|c| c == name).unwrap();
+    let (id, customer) = (at("order_id"), at("customer"));
+    let mut out = BTreeMap::new();
+    for row in t["table"].as_array().unwrap() {
+        let key = row[id].as_i64().unwrap();
+        let value = row[customer].as_str().unwrap().to_string();
+        if let Some(before) = out.insert(key, value) {
+            panic!("{}: order {key} twice ({before}): {t}", b.name);
+        }
+    }
+    assert_eq!(t["rows"], json!(out.len()), "{t}");
+    out
+}
+
+fn want(rows: &[(i64, &str)]) -> BTreeMap<i64, String> {
+    rows.iter().map(|(k, v)| (*k, v.to_string())).collect()
+}
+
+/// Upsert by business key: exports that repeat and update orders end with one row per order,
+/// the newest (`ordered_at`, then the object whose key sorts last, then the later row); a
+/// delete or overwrite of the winning export brings back the rows it had beaten; every table
+/// version a reader can open has one row per order; a sweep by a fresh process finds nothing
+/// to do and the check agrees with the ledger.
+async fn upserts_keep_the_newest_row_per_key(b: Backends) {
+    let config = merged_config(&b);
+    let publisher = publisher(&b, &config);
+    let uri = table_uri(&b, &config, ORDERS);
+    let mut ev = Events::new(&b, &config);
+    let (t0, t1, t2, t3) = (
+        "2026-11-29T10:00:00Z",
+        "2026-11-30T10:00:00Z",
+        "2026-12-01T10:00:00Z",
+        "2026-12-02T10:00:00Z",
+    );
+    let a = "in/2026-11-30/a.csv";
+    let bk = "in/2026-12-01/b.csv";
+    let c = "in/2026-12-01/c.csv";
+    let b_rows = export(&[
+        (4, "b", t2),
+        (5, "b", t2),
+        (6, "b", t2),
+        (7, "b", t2),
+        (2, "b-old", t0),
+        (8, "b", t2),
+        (9, "b", t2),
+        (9, "b-last", t2),
+    ]);
+    let publish = |key: &str| {
+        let keys = vec![key.to_string()];
+        let publisher = &publisher;
+        async move { publisher.publish_keys(ORDERS, &keys).await.unwrap() }
+    };
+
+    ev.put(
+        a,
+        &export(&(1..=6).map(|i| (i, "a", t1)).collect::<Vec<_>>()),
+    )
+    .await;
+    publish(a).await;
+    ev.put(bk, &b_rows).await;
+    let p = publish(bk).await;
+    // b's file comes in whole except order 2 (a's is newer); a's file is replaced by a
+    // selection without orders 4–6.
+    assert_eq!((p.added, p.removed), (2, 1), "{}: {p:?}", b.name);
+    ev.put(c, &export(&[(5, "c", t2)])).await;
+    publish(c).await;
+    let all_b = want(&[
+        (1, "a"),
+        (2, "a"),
+        (3, "a"),
+        (4, "b"),
+        (5, "c"),
+        (6, "b"),
+        (7, "b"),
+        (8, "b"),
+        (9, "b-last"),
+    ]);
+    assert_eq!(customers(&b, &read(&uri, None)), all_b, "{}", b.name);
+
+    // The winning export deleted: a's orders 4 and 6 come back, 7–9 leave, 5 stays c's.
+    ev.delete(bk).await;
+    publish(bk).await;
+    assert_eq!(
+        customers(&b, &read(&uri, None)),
+        want(&[(1, "a"), (2, "a"), (3, "a"), (4, "a"), (5, "c"), (6, "a")]),
+        "{}",
+        b.name
+    );
+    // a overwritten with newer rows for 1–3 only: 4 and 6 leave with its old version.
+    ev.put(a, &export(&[(1, "a2", t3), (2, "a2", t3), (3, "a2", t3)]))
+        .await;
+    publish(a).await;
+    assert_eq!(
+        customers(&b, &read(&uri, None)),
+        want(&[(1, "a2"), (2, "a2"), (3, "a2"), (5, "c")]),
+        "{}",
+        b.name
+    );
+    // b again, its event delivered twice: b's rows win where they are newest.
+    ev.put(bk, &b_rows).await;
+    publish(bk).await;
+    let p = publish(bk).await;
+    assert_eq!(p.committed, None, "{p:?}");
+    let end = want(&[
+        (1, "a2"),
+        (2, "a2"),
+        (3, "a2"),
+        (4, "b"),
+        (5, "c"),
+        (6, "b"),
+        (7, "b"),
+        (8, "b"),
+        (9, "b-last"),
+    ]);
+    let t = read(&uri, None);
+    assert_eq!(customers(&b, &t), end, "{}", b.name);
+    // Every version a reader could have opened held one row per order.
+    let latest = t["version"].as_i64().unwrap();
+    for v in 1..=latest {
+        customers(&b, &read(&uri, Some(v)));
+    }
+
+    // A fresh process (cold: no cached keys, no snapshot) sweeps: nothing to do, and its check
+    // agrees with the ledger (rows = orders).
+    let fresh = self::publisher(&b, &config);
+    let p = fresh.publish_all(ORDERS).await.unwrap();
+    assert_eq!((p.committed, p.keys), (None, 3), "{}: {p:?}", b.name);
+    let check = fresh.check(ORDERS).await.unwrap();
+    assert!(check.is_clean(), "{}: {check:?}", b.name);
+    assert_eq!((check.table_rows, check.ledger_rows), (9, 9), "{check:?}");
+    assert_eq!(check.files, 3, "{check:?}");
+
+    // Racing committers after a burst of changes: still one row per order, the same ones.
+    ev.put(c, &export(&[(5, "c2", t3), (10, "c2", t0)])).await;
+    ev.delete(a).await;
+    let keys: Vec<String> = [a, bk, c].iter().map(|k| k.to_string()).collect();
+    let racers: Vec<Publisher> = (0..3).map(|_| self::publisher(&b, &config)).collect();
+    let results =
+        futures::future::join_all(racers.iter().map(|p| p.publish_keys(ORDERS, &keys))).await;
+    for r in results {
+        r.unwrap();
+    }
+    assert_eq!(
+        customers(&b, &read(&uri, None)),
+        want(&[
+            (2, "b-old"),
+            (4, "b"),
+            (5, "c2"),
+            (6, "b"),
+            (7, "b"),
+            (8, "b"),
+            (9, "b-last"),
+            (10, "c2"),
+        ]),
+        "{}",
+        b.name
+    );
+    let check = fresh.check(ORDERS).await.unwrap();
+    assert!(check.is_clean(), "{}: {check:?}", b.name);
+
+    // d beats c's order 10, and is deleted again: c's own output comes back in place of
+    // its selection (b keeps a selection: its first row of order 9 never wins).
+    let d = "in/2026-12-01/d.csv";
+    ev.put(d, &export(&[(10, "d", t1)])).await;
+    publish(d).await;
+    assert_eq!(customers(&b, &read(&uri, None))[&10], "d", "{}", b.name);
+    ev.delete(d).await;
+    publish(d).await;
+    let t = read(&uri, None);
+    assert_eq!(customers(&b, &t)[&10], "c2", "{}", b.name);
+    assert_eq!(t["rows"], json!(8), "{t}");
+    let r = b.ledger.get(ORDERS, c).await.unwrap().unwrap();
+    let own = r.committed.unwrap().outputs[0].key.clone();
+    let table = publish::delta::load_existing(&tables(&b), source(&config, ORDERS))
+        .await
+        .unwrap()
+        .unwrap();
+    let active: Vec<String> = table
+        .snapshot()
+        .unwrap()
+        .log_data()
+        .iter()
+        .map(|f| format!("merged/{}", f.path()))
+        .collect();
+    assert_eq!(active.len(), 2, "{}: {active:?}", b.name);
+    assert!(active.contains(&own), "{}: {own} not in {active:?}", b.name);
+    let check = fresh.check(ORDERS).await.unwrap();
+    assert!(check.is_clean(), "{}: {check:?}", b.name);
+}
+
+#[tokio::test]
+async fn upserts_keep_the_newest_row_per_key_aws() {
+    upserts_keep_the_newest_row_per_key(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn upserts_keep_the_newest_row_per_key_embedded() {
+    upserts_keep_the_newest_row_per_key(Backends::embedded().await).await;
+}

@@ -28,6 +28,7 @@
 
 pub mod delta;
 pub mod maintain;
+mod merge;
 pub mod stats;
 pub mod stream;
 
@@ -218,6 +219,8 @@ pub struct Publisher {
     manifests: std::sync::Mutex<HashMap<String, Arc<Vec<tidemark::compact::Entry>>>>,
     /// Tables loaded by earlier publishes of this process, by source id.
     open_tables: std::sync::Mutex<HashMap<String, DeltaTable>>,
+    /// Keys and order values of merged tables' outputs read so far (they never change).
+    keyed: std::sync::Mutex<tidemark::upsert::KeyedCache>,
 }
 
 /// What a publish compares.
@@ -238,6 +241,8 @@ struct Plan {
     ledger_rows: u64,
     /// Compacted files to rewrite without these original paths' rows.
     rewrites: BTreeMap<String, BTreeSet<String>>,
+    /// Files of a merged table to write: selections of outputs ([`merge`]).
+    selections: Vec<merge::Selection>,
 }
 
 /// A source's table compared with its ledger, nothing written ([`Publisher::check`]).
@@ -291,6 +296,7 @@ impl Publisher {
             settings: Settings::default(),
             manifests: Default::default(),
             open_tables: Default::default(),
+            keyed: Default::default(),
         }
     }
 
@@ -366,6 +372,8 @@ impl Publisher {
             error,
         };
         let mut footers: HashMap<String, Footer> = HashMap::new();
+        // Selections of a merged table written by an earlier attempt, reused.
+        let mut selected: HashMap<(String, String), Add> = HashMap::new();
         let max = self.settings.max_attempts.max(1);
         for attempt in 1..=max {
             if attempt > 1 {
@@ -374,7 +382,7 @@ impl Publisher {
             }
             self.faults.check(Step::Loaded, id)?;
             let active = active_files(table).map_err(table_err)?;
-            let plan = self.plan(source, scope, &active).await?;
+            let plan = self.plan_files(source, scope, &active).await?;
             let txn = table
                 .snapshot()
                 .map_err(table_err)?
@@ -382,7 +390,11 @@ impl Publisher {
                 .await
                 .map_err(table_err)?;
             let version = table.version().map_or(-1, |v| v as i64);
-            if plan.adds.is_empty() && plan.removes.is_empty() && plan.rewrites.is_empty() {
+            if plan.adds.is_empty()
+                && plan.removes.is_empty()
+                && plan.rewrites.is_empty()
+                && plan.selections.is_empty()
+            {
                 return Ok(Published {
                     source_id: id.to_string(),
                     committed: None,
@@ -427,6 +439,19 @@ impl Publisher {
             }
             let (mut added, mut removed) = (plan.adds.len(), plan.removes.len());
             actions.extend(plan.removes.into_values().map(Action::Remove));
+            for selection in &plan.selections {
+                let written = (selection.original.clone(), selection.hash.clone());
+                let add = match selected.get(&written) {
+                    Some(add) => add.clone(),
+                    None => {
+                        let add = self.write_selection(source, selection).await?;
+                        selected.insert(written, add.clone());
+                        add
+                    }
+                };
+                actions.push(Action::Add(add));
+                added += 1;
+            }
             for (file, without) in &plan.rewrites {
                 let (add, remove) = self.rewrite(source, file, without, &active).await?;
                 added += usize::from(add.is_some());
@@ -515,7 +540,7 @@ impl Publisher {
             }
             None => (BTreeMap::new(), None, None, 0),
         };
-        let plan = self.plan(source, &Scope::All, &active).await?;
+        let plan = self.plan_files(source, &Scope::All, &active).await?;
         Ok(TableCheck {
             source_id: source_id.to_string(),
             table: uri,
@@ -525,7 +550,7 @@ impl Publisher {
             table_rows,
             ledger_rows: plan.ledger_rows,
             records: plan.keys,
-            unpublished: plan.adds.len(),
+            unpublished: plan.adds.len() + plan.selections.len(),
             stale: plan.removes.len(),
         })
     }
@@ -539,6 +564,24 @@ impl Publisher {
             .min(self.settings.backoff_max);
         let random = (uuid::Uuid::new_v4().as_u128() % 1_000_000) as u32;
         tokio::time::sleep(cap.mul_f64(f64::from(random) / 1_000_000.0)).await;
+    }
+
+    /// [`Publisher::plan`], and for a table merged by key the selections of every live
+    /// object ([`merge`]).
+    async fn plan_files(
+        &self,
+        source: &Source,
+        scope: &Scope<'_>,
+        active: &BTreeMap<String, Remove>,
+    ) -> Result<Plan, PublishError> {
+        match source.table().and_then(|t| t.merge()) {
+            None => self.plan(source, scope, active).await,
+            Some((keys, order)) => {
+                let view = merge::by_original(active);
+                let plan = self.plan(source, scope, &view).await?;
+                self.merge_plan(source, keys, order, plan, &view).await
+            }
+        }
     }
 
     /// The actions that bring the table's files for `scope` to the ledger's current state.
@@ -766,9 +809,20 @@ impl Publisher {
         } else {
             format!("{dir}/{name}")
         };
+        self.put_table_file(source, &path, bytes, data_change).await
+    }
+
+    /// Write a new file at `path` in the table (never over an existing one): its Add.
+    pub(crate) async fn put_table_file(
+        &self,
+        source: &Source,
+        path: &str,
+        bytes: bytes::Bytes,
+        data_change: bool,
+    ) -> Result<Add, PublishError> {
         let metadata =
             parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
-                .map_err(|e| self.file_error(source, &path, e.to_string()))?
+                .map_err(|e| self.file_error(source, path, e.to_string()))?
                 .metadata()
                 .clone();
         let out_key = format!("{}{path}", source.doc.output.prefix);
@@ -782,14 +836,14 @@ impl Publisher {
                 &tidemark::ports::WriteCondition::Absent,
             )
             .await
-            .map_err(|e| self.file_error(source, &path, e.to_string()))?;
+            .map_err(|e| self.file_error(source, path, e.to_string()))?;
         Ok(Add {
-            partition_values: partition_values(source, &path),
+            partition_values: partition_values(source, path),
             size,
             modification_time: self.clock.now_ms(),
             data_change,
             stats: Some(stats::file_stats(&metadata, &source.doc.schema)),
-            path,
+            path: path.to_string(),
             ..Default::default()
         })
     }

@@ -262,6 +262,12 @@ impl Publisher {
             source_id: source_id.to_string(),
             ..Compacted::default()
         };
+        if source.table().and_then(|t| t.merge()).is_some() {
+            // A merged table keeps one file per live object, named after its output (the
+            // committer finds an object's rows by it): it is not compacted.
+            tracing::info!(source_id, "a table merged by key is not compacted");
+            return Ok(done);
+        }
         let unsettled: std::collections::BTreeSet<String> = self
             .ledger
             .list(source_id)

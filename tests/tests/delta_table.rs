@@ -1271,3 +1271,149 @@ async fn upserts_keep_the_newest_row_per_key_aws() {
 async fn upserts_keep_the_newest_row_per_key_embedded() {
     upserts_keep_the_newest_row_per_key(Backends::embedded().await).await;
 }
+
+/// A small deterministic generator (xorshift64*).
+struct Draw(u64);
+
+impl Draw {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Upsert under chaos: random exports (overlapping order ids, few distinct `ordered_at`
+/// values so ties are common, keys repeated inside a file), overwrites and deletes over two
+/// partitions; after each change one to three committers publish the changed keys at once,
+/// two of them crashing at a random share of their steps (a crashed publish's keys are
+/// published again later, as a stream batch is redelivered). At the end: one row per order,
+/// exactly the winners an independent oracle computes from what is live, a sweep finds
+/// nothing left to do, and every sampled table version had one row per order.
+async fn upsert_under_crashes_and_racing_committers_ends_exact(b: Backends) {
+    use tidemark_tests::chaos::committer::PublishCrashes;
+    let seed = tidemark_tests::chaos::seed_from_env();
+    let mut draw = Draw(seed | 1);
+    let config = merged_config(&b);
+    let uri = table_uri(&b, &config, ORDERS);
+    let mut ev = Events::new(&b, &config);
+    let times = [
+        "2026-11-28T10:00:00Z",
+        "2026-11-29T10:00:00Z",
+        "2026-11-30T10:00:00Z",
+    ];
+    let crashes = Arc::new(PublishCrashes::new(seed, 0.25));
+    let committers: Vec<Publisher> = (0..3)
+        .map(|i| {
+            let mut p = publisher(&b, &config);
+            if i > 0 {
+                p.faults = crashes.clone();
+            }
+            p
+        })
+        .collect();
+    let keys: Vec<String> = (0..8)
+        .map(|i| format!("in/2026-12-0{}/k{i}.csv", 1 + i % 2))
+        .collect();
+    // What is live: key → rows (order id, customer, index into `times`).
+    let mut live: BTreeMap<String, Vec<(i64, String, usize)>> = BTreeMap::new();
+    let mut unpublished: BTreeSet<String> = BTreeSet::new();
+    let (mut commits, mut crashed) = (0, 0);
+    for op in 0..40 {
+        let key = keys[draw.below(keys.len() as u64) as usize].clone();
+        if live.contains_key(&key) && draw.below(4) == 0 {
+            ev.delete(&key).await;
+            live.remove(&key);
+        } else {
+            let n = 1 + draw.below(6) as usize;
+            let rows: Vec<(i64, String, usize)> = (0..n)
+                .map(|r| {
+                    (
+                        1 + draw.below(12) as i64,
+                        format!("op{op}r{r}"),
+                        draw.below(times.len() as u64) as usize,
+                    )
+                })
+                .collect();
+            let body: Vec<(i64, &str, &str)> = rows
+                .iter()
+                .map(|(id, c, t)| (*id, c.as_str(), times[*t]))
+                .collect();
+            ev.put(&key, &export(&body)).await;
+            live.insert(key.clone(), rows);
+        }
+        unpublished.insert(key);
+        let batch: Vec<String> = unpublished.iter().cloned().collect();
+        let racing = 1 + draw.below(3) as usize;
+        let first = draw.below(3) as usize;
+        let runs = (0..racing).map(|i| committers[(first + i) % 3].publish_keys(ORDERS, &batch));
+        let mut landed = false;
+        for r in futures::future::join_all(runs).await {
+            match r {
+                Ok(p) => {
+                    landed = true;
+                    commits += usize::from(p.committed.is_some());
+                }
+                Err(PublishError::Crashed(_)) => crashed += 1,
+                Err(e @ PublishError::Contended { .. }) => eprintln!("{e}"),
+                Err(e) => panic!("{}: seed {seed}: {e}", b.name),
+            }
+        }
+        if landed {
+            unpublished.clear();
+        }
+    }
+    if !unpublished.is_empty() {
+        let batch: Vec<String> = unpublished.iter().cloned().collect();
+        committers[0].publish_keys(ORDERS, &batch).await.unwrap();
+    }
+    // The oracle: per order, the greatest (time, object name, row).
+    let mut best: BTreeMap<i64, ((usize, String, usize), String)> = BTreeMap::new();
+    for (key, rows) in &live {
+        let name = key.strip_prefix("in/").unwrap().replace('/', "_");
+        for (r, (id, customer, t)) in rows.iter().enumerate() {
+            let rank = (*t, name.clone(), r);
+            if best.get(id).is_none_or(|(b, _)| rank > *b) {
+                best.insert(*id, (rank, customer.clone()));
+            }
+        }
+    }
+    let expected: BTreeMap<i64, String> = best.into_iter().map(|(k, (_, c))| (k, c)).collect();
+    let t = read(&uri, None);
+    assert_eq!(
+        customers(&b, &t),
+        expected,
+        "{}: seed {seed}, live {live:?}",
+        b.name
+    );
+    let sweep = committers[0].publish_all(ORDERS).await.unwrap();
+    assert_eq!(sweep.committed, None, "{}: seed {seed}: {sweep:?}", b.name);
+    let check = committers[0].check(ORDERS).await.unwrap();
+    assert!(check.is_clean(), "{}: {check:?}", b.name);
+    let latest = t["version"].as_i64().unwrap();
+    for v in (1..=latest).step_by(4) {
+        customers(&b, &read(&uri, Some(v)));
+    }
+    let by_step = crashes.by_step();
+    assert!(
+        crashed > 0 && by_step.iter().all(|(_, _, c)| *c > 0),
+        "{}: seed {seed}: crashes {by_step:?}",
+        b.name
+    );
+    assert!(commits >= 20, "{}: {commits} commits", b.name);
+}
+
+#[tokio::test]
+async fn upsert_under_crashes_and_racing_committers_ends_exact_aws() {
+    upsert_under_crashes_and_racing_committers_ends_exact(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn upsert_under_crashes_and_racing_committers_ends_exact_embedded() {
+    upsert_under_crashes_and_racing_committers_ends_exact(Backends::embedded().await).await;
+}

@@ -192,6 +192,7 @@ except ddb.exceptions.ResourceNotFoundException:
                           {"AttributeName": "gsi1sk", "KeyType": "RANGE"}],
             "Projection": {"ProjectionType": "ALL"},
         }],
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "KEYS_ONLY"},
     )
     ddb.get_waiter("table_exists").wait(TableName=table)
 s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL_S3"])

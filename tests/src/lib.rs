@@ -346,6 +346,8 @@ pub struct Backends {
     pub clock: TestClock,
     /// The work queue of backfills: an SQS queue on the emulator, or a local queue.
     pub queue: Arc<dyn WorkQueue>,
+    /// The ledger's DynamoDB table (`None` on SQLite).
+    pub ledger_table: Option<String>,
     dir: Option<std::path::PathBuf>,
 }
 
@@ -370,6 +372,7 @@ impl Backends {
             lake: stack.lake.clone(),
             clock: TestClock::at(chrono_now()),
             queue: Arc::new(queue),
+            ledger_table: Some(stack.table.clone()),
             dir: None,
         }
     }
@@ -393,6 +396,7 @@ impl Backends {
             lake: "lake".into(),
             clock: TestClock::at(chrono_now()),
             queue: Arc::new(queue),
+            ledger_table: None,
             dir: Some(dir),
         }
     }

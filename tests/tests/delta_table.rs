@@ -1417,3 +1417,93 @@ async fn upsert_under_crashes_and_racing_committers_ends_exact_aws() {
 async fn upsert_under_crashes_and_racing_committers_ends_exact_embedded() {
     upsert_under_crashes_and_racing_committers_ends_exact(Backends::embedded().await).await;
 }
+
+/// The ledger's change feed as DynamoDB Local produces it: the ledger table's own stream
+/// (`KEYS_ONLY`, as the template declares it), read from its start by boto3
+/// (`tests/readers/read_stream.py`) and handed to the stream handler in batches of 5 as the
+/// event source mapping would, publishes exactly what ingest committed — puts, an overwrite,
+/// a delete, a duplicate event — and the whole stream delivered again changes nothing.
+#[tokio::test]
+async fn dynamodb_locals_own_stream_publishes_exactly() {
+    let b = Backends::aws().await;
+    let table = b.ledger_table.clone().expect("a DynamoDB ledger");
+    let config = config(&b);
+    let uri = table_uri(&b, &config, ORDERS);
+    let publisher = publisher(&b, &config);
+    let mut ev = Events::new(&b, &config);
+    ev.put("in/2026-11-30/a.csv", &csv(1, 5)).await;
+    ev.put("in/2026-11-30/b.csv", &csv(6, 5)).await;
+    ev.put("in/2026-12-01/c.csv", &csv(11, 5)).await;
+    ev.put("in/2026-12-01/c.csv", &csv(11, 5)).await;
+    ev.put("in/2026-11-30/a.csv", &csv(101, 3)).await;
+    ev.delete("in/2026-11-30/b.csv").await;
+    ev.put("keep/k.csv", &csv(70, 2)).await;
+
+    let python =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.local/venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: start the local stack with infra/localstack.sh",
+        python.display()
+    );
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("readers/read_stream.py");
+    let out = Command::new(python)
+        .arg(script)
+        .arg(&table)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "read_stream.py failed");
+    let stream: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let records = stream["Records"].as_array().unwrap().clone();
+    let pks: BTreeSet<&str> = records
+        .iter()
+        .map(|r| r["dynamodb"]["Keys"]["pk"]["S"].as_str().unwrap())
+        .collect();
+    for key in [
+        "orders/in/2026-11-30/a.csv",
+        "orders/in/2026-11-30/b.csv",
+        "orders/in/2026-12-01/c.csv",
+        "archive/keep/k.csv",
+    ] {
+        assert!(pks.contains(key), "{key} not in the stream: {pks:?}");
+    }
+    assert!(
+        records
+            .iter()
+            .all(|r| r["dynamodb"]["StreamViewType"] == "KEYS_ONLY"
+                && r["dynamodb"].get("NewImage").is_none()),
+        "{records:?}"
+    );
+    let batch = |records: &[Value]| -> aws_lambda_events::event::dynamodb::Event {
+        serde_json::from_value(json!({ "Records": records })).unwrap()
+    };
+    let mut commits = 0;
+    for chunk in records.chunks(5) {
+        let (published, response) = publish::stream::handle(&publisher, &batch(chunk)).await;
+        assert!(response.batch_item_failures.is_empty(), "{response:?}");
+        commits += published.iter().filter(|p| p.committed.is_some()).count();
+    }
+    assert!(
+        commits >= 2,
+        "{commits} commits from {} records",
+        records.len()
+    );
+    let mut want = range(11, 15);
+    want.extend(range(101, 103));
+    assert_eq!(ids(&read(&uri, None)), want);
+    assert_eq!(
+        ids(&read(&table_uri(&b, &config, ARCHIVE), None)),
+        range(70, 71)
+    );
+    // Delivered again, all at once (a retried or replayed shard): nothing changes.
+    let (published, response) = publish::stream::handle(&publisher, &batch(&records)).await;
+    assert!(response.batch_item_failures.is_empty(), "{response:?}");
+    assert!(
+        published.iter().all(|p| p.committed.is_none()),
+        "{published:?}"
+    );
+    let check = publisher.check(ORDERS).await.unwrap();
+    assert!(check.is_clean(), "{check:?}");
+}

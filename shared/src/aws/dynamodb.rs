@@ -62,7 +62,8 @@ use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
     KeyType, KeysAndAttributes, Projection, ProjectionType, Put,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TransactWriteItem, Update,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, StreamSpecification, StreamViewType,
+    TransactWriteItem, Update,
 };
 
 use super::failure;
@@ -339,9 +340,9 @@ impl DynamoLedger {
         Ok(items)
     }
 
-    /// Create the table (on-demand, with the `by_source` index) unless it exists, and wait
-    /// until it is active. For the local stack and first-time setup; the SAM template
-    /// declares the same table.
+    /// Create the table (on-demand, with the `by_source` index and a `KEYS_ONLY` stream, the
+    /// Delta committer's change feed) unless it exists, and wait until it is active. For the
+    /// local stack and first-time setup; the SAM template declares the same table.
     pub async fn ensure_table(&self) -> Result<(), LedgerError> {
         let s = |name: &str| {
             AttributeDefinition::builder()
@@ -378,6 +379,13 @@ impl DynamoLedger {
             .attribute_definitions(s("gsi1sk"))
             .key_schema(k("pk", KeyType::Hash))
             .global_secondary_indexes(index)
+            .stream_specification(
+                StreamSpecification::builder()
+                    .stream_enabled(true)
+                    .stream_view_type(StreamViewType::KeysOnly)
+                    .build()
+                    .expect("stream specification has its fields"),
+            )
             .send()
             .await;
         if let Err(e) = created {

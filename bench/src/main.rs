@@ -214,6 +214,13 @@ fn convert_file(
         .collect();
     spec.max_decoded_bytes = Some(64 << 30);
     spec.zstd_level = 3;
+    // A source's `output.row_group_mib`, for measuring other row-group sizes.
+    if let Ok(mib) = std::env::var("BENCH_ROW_GROUP_MIB") {
+        spec.row_group_bytes = mib
+            .parse::<usize>()
+            .map_err(|e| format!("BENCH_ROW_GROUP_MIB={mib:?}: {e}"))?
+            << 20;
+    }
     let input = File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;
     let out = File::create(output).map_err(|e| format!("{}: {e}", output.display()))?;
     let mut out = BufWriter::with_capacity(1 << 20, out);

@@ -282,6 +282,12 @@ pub struct OutputDoc {
     /// `s3://<bucket>/<prefix>`), instead of loose files only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table: Option<TableDoc>,
+    /// Row groups of the Parquet outputs close at this many MiB of encoded data (1–1024;
+    /// default 64). The converter holds the row group in progress, so this bounds most of
+    /// its memory: a smaller size suits wide rows and small Lambdas; readers favour larger
+    /// groups. Not part of the configuration's fingerprint (it changes no value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_group_mib: Option<u32>,
 }
 
 /// A source's outputs published as a table (`output.table`).
@@ -788,6 +794,16 @@ impl Source {
         if let Some(b) = &doc.bookmark {
             crate::bookmark::validate(b, &doc.schema, at)?;
         }
+        if doc
+            .output
+            .row_group_mib
+            .is_some_and(|m| !(1..=1024).contains(&m))
+        {
+            return Err(invalid(
+                format!("{at}.output.row_group_mib"),
+                "must be between 1 and 1024",
+            ));
+        }
         if let Some(table) = &doc.output.table {
             validate_merge(table, &doc.schema, &format!("{at}.output.table"))?;
         }
@@ -890,6 +906,9 @@ impl Source {
             }
         };
         let mut spec = ConvertSpec::new(format, self.schema.clone());
+        if let Some(mib) = self.doc.output.row_group_mib {
+            spec.row_group_bytes = (mib as usize) << 20;
+        }
         spec.compression = compression;
         spec.sum_columns = self.doc.sum_columns.clone();
         spec.max_decoded_bytes = Some(self.doc.max_decoded_bytes.unwrap_or(64 << 30));
@@ -1017,10 +1036,20 @@ fn date_in_key(key: &str) -> Option<String> {
 /// empty strings, output, bookmark, bad-row policy).
 fn fingerprint(doc: &SourceDoc) -> String {
     let schema = serde_json::json!(doc.schema);
+    // Settings that change neither an output's rows nor its name stay out: the upsert's
+    // columns (the committer's business) and the row-group size (a layout).
+    let mut output = serde_json::json!(doc.output);
+    if let Some(o) = output.as_object_mut() {
+        o.remove("row_group_mib");
+        if let Some(t) = o.get_mut("table").and_then(|t| t.as_object_mut()) {
+            t.remove("merge_keys");
+            t.remove("merge_order");
+        }
+    }
     let mut settings = serde_json::json!({
         "format": doc.format, "csv": doc.csv, "compression": doc.compression,
         "sum_columns": doc.sum_columns, "empty_strings": doc.empty_strings,
-        "output": doc.output,
+        "output": output,
     });
     if let Some(b) = &doc.bookmark {
         settings["bookmark"] = serde_json::json!(b);
@@ -1141,6 +1170,33 @@ mod tests {
     }
 
     #[test]
+    fn the_row_group_size_is_a_layout_not_a_fingerprint() {
+        let with = |extra: &str| {
+            Config::from_json(&doc("").replace(
+                r#""prefix":"orders/"}"#,
+                &format!(r#""prefix":"orders/"{extra}}}"#),
+            ))
+        };
+        let plain = with("").unwrap();
+        assert_eq!(
+            plain.sources[0].convert_spec("a.csv").row_group_bytes,
+            64 << 20
+        );
+        let small = with(r#","row_group_mib":8"#).unwrap();
+        assert_eq!(
+            small.sources[0].convert_spec("a.csv").row_group_bytes,
+            8 << 20
+        );
+        assert_eq!(plain.sources[0].fingerprint, small.sources[0].fingerprint);
+        for bad in ["0", "1025"] {
+            let err = with(&format!(r#","row_group_mib":{bad}"#))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("output.row_group_mib"), "{err}");
+        }
+    }
+
+    #[test]
     fn merge_keys_name_columns_that_are_not_floats() {
         let with = |table: &str| {
             Config::from_json(&doc("").replace(
@@ -1156,11 +1212,8 @@ mod tests {
         );
         let plain = with(r#"{"format":"delta"}"#).unwrap();
         assert_eq!(plain.sources[0].table().unwrap().merge(), None);
-        // Not a change of the outputs' shape for tables without it.
-        assert_eq!(
-            plain.sources[0].fingerprint,
-            with(r#"{"format":"delta"}"#).unwrap().sources[0].fingerprint
-        );
+        // Not a change of the objects' outputs: no object becomes stale.
+        assert_eq!(plain.sources[0].fingerprint, c.sources[0].fingerprint);
         for (bad, says) in [
             (
                 r#"{"format":"delta","merge_keys":["nope"]}"#,

@@ -55,8 +55,9 @@ pub use reject::{BadRows, Rejected};
 pub use stats::{ConvertStats, ParseSumError, SumValue};
 
 /// Size at which the Parquet writer closes a row group even if it has fewer rows than
-/// [`ConvertSpec::row_group_rows`] (estimated encoded size).
-const MAX_ROW_GROUP_BYTES: usize = 64 << 20;
+/// [`ConvertSpec::row_group_rows`] (estimated encoded size): the default of
+/// [`ConvertSpec::row_group_bytes`].
+pub const DEFAULT_ROW_GROUP_BYTES: usize = 64 << 20;
 
 /// Default of [`ConvertSpec::max_record_bytes`]: 8 MiB.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 8 << 20;
@@ -174,8 +175,12 @@ pub struct ConvertSpec {
     /// ≈2 MB of text twice over, once here and once in the decoder).
     pub batch_bytes: usize,
     /// Rows per Parquet row group at most (default 1,048,576); a row group is also
-    /// closed when its estimated encoded size reaches 64 MiB.
+    /// closed when its estimated encoded size reaches `row_group_bytes`.
     pub row_group_rows: usize,
+    /// Encoded bytes at which a row group is closed (default [`DEFAULT_ROW_GROUP_BYTES`]):
+    /// the writer holds the row group in progress, so this bounds most of the memory a
+    /// conversion takes.
+    pub row_group_bytes: usize,
     /// Decompressed size at which to give up with [`ConvertError::TooLarge`].
     pub max_decoded_bytes: Option<u64>,
     /// Longest record accepted, in decompressed bytes without its line terminator: a
@@ -210,6 +215,7 @@ impl ConvertSpec {
             batch_rows: 8192,
             batch_bytes: 1 << 20,
             row_group_rows: 1_048_576,
+            row_group_bytes: DEFAULT_ROW_GROUP_BYTES,
             max_decoded_bytes: None,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             empty_strings: EmptyStrings::Null,
@@ -476,7 +482,7 @@ struct Encoder<'s, W: Write + Send> {
 impl<'s, W: Write + Send> Encoder<'s, W> {
     /// Checks what of the spec the writer uses, before any input is read.
     fn new(output: W, spec: &'s ConvertSpec) -> Result<Self, ConvertError> {
-        writer_properties(spec, MAX_ROW_GROUP_BYTES)?;
+        writer_properties(spec, spec.row_group_bytes)?;
         Ok(Self {
             spec,
             output: Some(output),
@@ -486,7 +492,7 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
 
     fn writer(&mut self, first: Option<&RecordBatch>) -> Result<&mut ArrowWriter<W>, ConvertError> {
         if let Some(output) = self.output.take() {
-            let mut properties = writer_builder(self.spec, MAX_ROW_GROUP_BYTES)?;
+            let mut properties = writer_builder(self.spec, self.spec.row_group_bytes)?;
             if let Some(batch) = first {
                 properties = column_choices(properties, batch, self.spec.row_group_rows);
             }
@@ -665,6 +671,11 @@ fn writer_builder(
             "row_group_rows must be positive",
         ));
     }
+    if max_bytes == 0 {
+        return Err(ConvertError::invalid_spec(
+            "row_group_bytes must be positive",
+        ));
+    }
     let level = ZstdLevel::try_new(spec.zstd_level)
         .map_err(|e| ConvertError::invalid_spec(format!("zstd_level {}: {e}", spec.zstd_level)))?;
     Ok(WriterProperties::builder()
@@ -703,7 +714,7 @@ pub fn convert_split<R: Read, W: Write + Send, A: Write + Send>(
     let mut writer = ArrowWriter::try_new(
         output,
         spec.schema.clone(),
-        Some(properties(MAX_ROW_GROUP_BYTES)?),
+        Some(properties(spec.row_group_bytes)?),
     )?;
     let aside_properties = properties(8 << 20)?;
     let mut aside = aside
@@ -1176,6 +1187,27 @@ mod tests {
     }
 
     #[test]
+    fn row_groups_close_at_their_byte_size() {
+        let mut spec = csv_spec(r#"[{"name":"s","type":"string","nullable":false}]"#);
+        // Distinct hex strings that compress poorly: ≈ 3 MB encoded.
+        let value = |i: u64| {
+            format!(
+                "{:016x}{:016x}",
+                i.wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                i.wrapping_mul(0xc2b2_ae3d_27d4_eb4f)
+            )
+        };
+        let input: String = (0..200_000).map(|i| format!("{}\n", value(i))).collect();
+        let (whole, _) = run(format!("s\n{input}"), &spec);
+        assert_eq!(whole.row_groups, 1);
+        spec.row_group_bytes = 1 << 20;
+        let (split, parquet) = run(format!("s\n{input}"), &spec);
+        assert!(split.row_groups >= 3, "{} row groups", split.row_groups);
+        assert_eq!((split.rows, parquet.rows.len()), (200_000, 200_000));
+        assert_eq!(parquet.rows[54_321], [value(54_321)]);
+    }
+
+    #[test]
     fn a_byte_order_mark_is_skipped() {
         let (stats, parquet) = run(format!("\u{feff}{ALL_TYPES_CSV}"), &csv_spec(ALL_TYPES));
         assert_eq!(parquet.rows, all_types_rows());
@@ -1206,6 +1238,7 @@ mod tests {
         );
         assert!(with(|s| s.batch_rows = 0).contains("positive"));
         assert!(with(|s| s.row_group_rows = 0).contains("positive"));
+        assert!(with(|s| s.row_group_bytes = 0).contains("row_group_bytes must be positive"));
         assert!(with(|s| s.zstd_level = 99).contains("99"));
         let unsupported = |s: &mut ConvertSpec| {
             s.schema = Arc::new(Schema::new(vec![arrow_schema::Field::new(

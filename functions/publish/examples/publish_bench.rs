@@ -670,7 +670,7 @@ async fn throughput_run(rows: &[Row]) -> Result<Value, Error> {
                 "active_files": files,
                 "ledger_ms": ms(ledger_read),
             }));
-            if r.checkpoint_every > 0 && (c + 1) % r.checkpoint_every == 0 {
+            if r.checkpoint_every > 0 && (c + 1).is_multiple_of(r.checkpoint_every) {
                 let t = Instant::now();
                 publisher.maintain(src.id(), &checkpoint_only()).await?;
                 checkpoints.push(ms(t.elapsed()));
@@ -941,7 +941,7 @@ async fn log(args: &Args) -> Result<(), Error> {
         }
         done += n;
         commits += 1;
-        if every > 0 && commits % every == 0 {
+        if every > 0 && commits.is_multiple_of(every) {
             let t = Instant::now();
             publisher.maintain(src.id(), &checkpoint_only()).await?;
             checkpoint_ms.push(json!({"objects": done, "ms": ms(t.elapsed())}));

@@ -486,6 +486,20 @@ async fn snapshot_load(tables: &TableStore, source: &Source) -> Result<(Duration
     Ok((t.elapsed(), files))
 }
 
+/// The committer's map of a snapshot's active files (path → the Remove that would take it
+/// out), built as every publish builds it, timed: the part of a commit that grows with the
+/// table's active files.
+fn active_map(table: &deltalake::DeltaTable) -> Result<(Duration, usize), Error> {
+    let t = Instant::now();
+    let map: BTreeMap<String, deltalake::kernel::Remove> = table
+        .snapshot()?
+        .log_data()
+        .iter()
+        .map(|f| (f.path().into_owned(), f.remove_action(true)))
+        .collect();
+    Ok((t.elapsed(), map.len()))
+}
+
 // ---------------------------------------------------------------------------------------
 // Throughput on the local stack
 
@@ -554,17 +568,20 @@ async fn throughput(args: &Args) -> Result<(), Error> {
     for run in 1..=runs {
         eprintln!("run {run} of {runs}");
         all.push(throughput_run(&rows).await?);
-    }
-    let report = summarize(&rows, &all);
-    println!("{report}");
-    if let Some(out) = args.value("--out") {
-        std::fs::write(
-            out,
-            serde_json::to_string_pretty(&json!({
-                "checkpoint_every": checkpoint_every, "rows_spec": spec, "runs": all,
-                "summary": report,
-            }))?,
-        )?;
+        // Written after every run, so that a failure later keeps the runs made.
+        let report = summarize(&rows, &all);
+        if let Some(out) = args.value("--out") {
+            std::fs::write(
+                out,
+                serde_json::to_string_pretty(&json!({
+                    "checkpoint_every": checkpoint_every, "rows_spec": spec, "runs": all,
+                    "summary": report,
+                }))?,
+            )?;
+        }
+        if run == runs {
+            println!("{report}");
+        }
     }
     Ok(())
 }
@@ -915,9 +932,19 @@ async fn log(args: &Args) -> Result<(), Error> {
     std::fs::create_dir_all(&dir)?;
     eprintln!("table, outputs and ledger under {}", dir.display());
     let env = local(&dir).await?;
-    let publisher = env.publisher();
+    let timed = Arc::new(TimedStore::new(env.store.clone()));
+    let publisher = Publisher::new(
+        env.config.clone(),
+        env.ledger.clone(),
+        timed.clone(),
+        env.tables.clone(),
+        Arc::new(SystemClock),
+    );
     let src = source(&env.config, LOCAL_SOURCE);
+    // A table kept open beside the publisher's, as in `throughput`.
+    let mut warm = publish::delta::open(&env.tables, src).await?;
     let mut commit_ms = Vec::new();
+    let mut split = Vec::new();
     let mut prepare_ms = 0.0;
     let mut checkpoint_ms = Vec::new();
     let mut at_marks = Vec::new();
@@ -933,12 +960,20 @@ async fn log(args: &Args) -> Result<(), Error> {
         prepare_many(src, env.store.as_ref(), env.ledger.as_ref(), &chunk, 0, 8).await?;
         prepare_ms += ms(t.elapsed());
         let keys: Vec<String> = chunk.into_iter().map(|(k, _)| k).collect();
+        timed.take();
         let t = Instant::now();
         let published = publisher.publish_keys(src.id(), &keys).await?;
         commit_ms.push(ms(t.elapsed()));
+        let (footers, _) = timed.take();
         if published.added != keys.len() {
             return Err(format!("unexpected publish {published:?}").into());
         }
+        let t = Instant::now();
+        warm.update_state().await?;
+        let refresh = t.elapsed();
+        let (map, _) = active_map(&warm)?;
+        split.push(json!({"footer_ms": ms(footers), "refresh_ms": ms(refresh),
+                          "active_map_ms": ms(map)}));
         done += n;
         commits += 1;
         if every > 0 && commits.is_multiple_of(every) {
@@ -950,6 +985,7 @@ async fn log(args: &Args) -> Result<(), Error> {
             let at = done + extra;
             let stats = log_stats(&env.log_dir()?, at)?;
             let last = &commit_ms[commit_ms.len().saturating_sub(10)..];
+            let last_split = &split[split.len().saturating_sub(10)..];
             let mut loads = BTreeMap::new();
             for what in ["open", "check", "commit"] {
                 let mut samples = Vec::new();
@@ -965,6 +1001,9 @@ async fn log(args: &Args) -> Result<(), Error> {
                 "elapsed_s": started.elapsed().as_secs_f64(),
                 "log": stats,
                 "commit_ms_last_10_median": median(last.to_vec()),
+                "footer_ms_last_10_median": median(field(last_split, "footer_ms")),
+                "refresh_ms_last_10_median": median(field(last_split, "refresh_ms")),
+                "active_map_ms_last_10_median": median(field(last_split, "active_map_ms")),
                 "loads": loads,
             });
             eprintln!("{}", serde_json::to_string(&mark)?);
@@ -978,7 +1017,7 @@ async fn log(args: &Args) -> Result<(), Error> {
             out,
             serde_json::to_string_pretty(&json!({
                 "objects": objects, "batch": batch, "checkpoint_every": every,
-                "prepare_ms_total": prepare_ms, "commit_ms": commit_ms,
+                "prepare_ms_total": prepare_ms, "commit_ms": commit_ms, "commit_split": split,
                 "checkpoint_ms": checkpoint_ms, "marks": at_marks, "summary": report,
             }))?,
         )?;
@@ -990,36 +1029,44 @@ async fn log(args: &Args) -> Result<(), Error> {
 }
 
 fn log_report(batch: u64, every: u64, marks: &[Value]) -> String {
-    let mut s = format!(
+    let mut size = format!(
         "commits of {batch} objects, a checkpoint every {every} commits (no log cleanup)\n\n\
-         | objects | _delta_log files | _delta_log MB | JSON bytes / object | latest checkpoint MB | checkpoint bytes / file | reader needs MB | ms / commit (last 10) | open s | open peak RSS MB | check s | check peak RSS MB | commit s | commit peak RSS MB |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+         | objects | _delta_log files | _delta_log MB | JSON bytes / object | latest checkpoint MB | checkpoint bytes / file | a reader needs MB |\n\
+         |---:|---:|---:|---:|---:|---:|---:|\n"
+    );
+    let mut time = String::from(
+        "\n| objects | ms / commit, warm (last 10) | footers ms | refresh ms | active-files map ms | open s | open peak RSS MB | check s | check peak RSS MB | cold commit s | cold commit peak RSS MB |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let mb = |b: f64| b / 1e6;
     for m in marks {
         let log = &m["log"];
+        let num = |v: &Value| v.as_f64().unwrap_or(f64::NAN);
         let load = |what: &str, f: &str| {
             median(
                 m["loads"][what]
                     .as_array()
-                    .map(|v| {
-                        v.iter()
-                            .map(|x| x[f].as_f64().unwrap_or(f64::NAN))
-                            .collect()
-                    })
+                    .map(|v| v.iter().map(|x| num(&x[f])).collect())
                     .unwrap_or_default(),
             )
         };
-        s.push_str(&format!(
-            "| {} | {} | {:.2} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} |\n",
+        size.push_str(&format!(
+            "| {} | {} | {:.2} | {:.0} | {:.2} | {:.0} | {:.2} |\n",
             m["objects"],
             log["files"],
-            mb(log["bytes"].as_f64().unwrap_or(0.0)),
-            log["json_bytes_per_object"].as_f64().unwrap_or(0.0),
-            mb(log["latest_checkpoint"]["bytes"].as_f64().unwrap_or(0.0)),
-            log["latest_checkpoint_bytes_per_file"].as_f64().unwrap_or(0.0),
-            mb(log["reader_needs_bytes"].as_f64().unwrap_or(0.0)),
-            m["commit_ms_last_10_median"].as_f64().unwrap_or(0.0),
+            mb(num(&log["bytes"])),
+            num(&log["json_bytes_per_object"]),
+            mb(num(&log["latest_checkpoint"]["bytes"])),
+            num(&log["latest_checkpoint_bytes_per_file"]),
+            mb(num(&log["reader_needs_bytes"])),
+        ));
+        time.push_str(&format!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} | {:.2} | {:.0} |\n",
+            m["objects"],
+            num(&m["commit_ms_last_10_median"]),
+            num(&m["footer_ms_last_10_median"]),
+            num(&m["refresh_ms_last_10_median"]),
+            num(&m["active_map_ms_last_10_median"]),
             load("open", "seconds"),
             load("open", "peak_rss_mb"),
             load("check", "seconds"),
@@ -1028,7 +1075,7 @@ fn log_report(batch: u64, every: u64, marks: &[Value]) -> String {
             load("commit", "peak_rss_mb"),
         ));
     }
-    s
+    size + &time
 }
 
 /// Run `load --what <what>` in a fresh process and read its JSON line.

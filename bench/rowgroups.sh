@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The converter's row-group byte size (a source's `output.row_group_mib`) against its peak
+# RSS, CPU time and output size, on the generated datasets bench/run.sh caches.
+#
+#   bench/rowgroups.sh                     # sizes 64,32,16,8 MiB; 3 interleaved runs each
+#   BENCH_SIZES=64,16 BENCH_RUNS=5 bench/rowgroups.sh
+#   BENCH_FILES="DIR/a.csv DIR/b.jsonl" bench/rowgroups.sh   (schema: DIR/schema.json)
+#
+# Every run is `tidemark-bench convert` on one pinned CPU (taskset -c 1, one thread) under
+# /usr/bin/time; the sizes are interleaved within each round so that the machine's drift
+# spreads over all of them. Prints a markdown table of medians.
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$repo"
+runs="${BENCH_RUNS:-3}"
+IFS=, read -r -a sizes <<< "${BENCH_SIZES:-64,32,16,8}"
+cargo build --release --quiet --manifest-path bench/Cargo.toml
+bin="${CARGO_TARGET_DIR:-$repo/bench/target}/release/tidemark-bench"
+if [ -n "${BENCH_FILES:-}" ]; then
+    read -r -a files <<< "$BENCH_FILES"
+else
+    files=()
+    for d in .local/bench-data/orders-rows-1000000-* .local/bench-data/wide-rows-*; do
+        [ -d "$d" ] || continue
+        files+=("$(ls "$d"/*.csv | head -1)" "$(ls "$d"/*.jsonl | head -1)")
+    done
+    [ "${#files[@]}" -gt 0 ] || { echo "no dataset: run bench/run.sh (and BENCH_DATASET=wide) first" >&2; exit 1; }
+fi
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+results="$out/results.tsv"
+for round in $(seq "$runs"); do
+    for f in "${files[@]}"; do
+        case "$f" in *.jsonl) format=jsonl ;; *) format=csv ;; esac
+        schema="$(dirname "$f")/schema.json"
+        for mib in "${sizes[@]}"; do
+            BENCH_ROW_GROUP_MIB="$mib" /usr/bin/time -f "%e %U %S %M" -o "$out/time" \
+                taskset -c 1 "$bin" convert --format "$format" --compression none \
+                --schema "$schema" --threads 1 "$f" "$out/out.parquet" > "$out/stats.json"
+            read -r wall user sys rss < "$out/time"
+            groups="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["row_groups"])' "$out/stats.json")"
+            size="$(stat -c %s "$out/out.parquet")"
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(basename "$f")" "$mib" "$wall" \
+                "$(python3 -c "print($user + $sys)")" "$rss" "$size" "$groups" >> "$results"
+            echo "round $round: $(basename "$f") ${mib} MiB: ${wall} s, ${rss} KB" >&2
+        done
+    done
+done
+python3 - "$results" <<'EOF'
+import statistics, sys
+from collections import defaultdict
+rows = defaultdict(list)
+for line in open(sys.argv[1]):
+    name, mib, wall, cpu, rss, size, groups = line.split()
+    rows[(name, int(mib))].append((float(wall), float(cpu), int(rss), int(size), int(groups)))
+print("| file | row_group_mib | median wall s | median CPU s | CPU × 64 MiB | peak RSS MB (median) | Parquet MB | row groups |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for (name, mib) in sorted(rows, key=lambda k: (k[0], -k[1])):
+    r = rows[(name, mib)]
+    base = rows.get((name, 64))
+    cpu = statistics.median(x[1] for x in r)
+    ratio = cpu / statistics.median(x[1] for x in base) if base else float("nan")
+    print(f"| {name} | {mib} | {statistics.median(x[0] for x in r):.3f} | {cpu:.3f} | {ratio:.2f} | "
+          f"{statistics.median(x[2] for x in r) / 1024:.0f} | {r[0][3] / 1e6:.1f} | {r[0][4]} |")
+EOF

@@ -50,6 +50,9 @@ FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction", "Publish
 #                    the tables rooted at the outputs' prefixes (any prefix, so `*_delta_log/*`)
 #   compacted        compacted table files of the lake, `<table root>[dt=…/]compacted-<uuid>.parquet`
 #                    (tidemark::compact::FILE_PREFIX; any prefix, so `*compacted-*.parquet`)
+#   selection        selections of a table merged by key (functions/publish/src/merge.rs),
+#                    `<table root>[dt=…/]<output name>.m<16 hex>.<8 hex>.parquet`, so
+#                    `*.m????????????????.????????.parquet`
 #   lake_parquet     Parquet files of the lake (`*.parquet`): a table's data files, which VACUUM
 #                    deletes (the table roots are in the sources document, not the template)
 #   table / index    the ledger table / its by_source index
@@ -111,7 +114,7 @@ SDK_CALLS = {
         ("lambda", "Invoke", "self"),  # the next planner call, InvocationType=Event
     },
     # The Delta Lake committer: reads the ledger and the outputs, never writes either; writes
-    # only the compacted files it rewrites.
+    # only the compacted files it rewrites and the selections of merged tables.
     "PublishFunction": {
         # functions/publish/src/lib.rs
         ("dynamodb", "BatchGetItem", "table"),  # get_many_latest: the changed keys, ConsistentRead
@@ -121,9 +124,12 @@ SDK_CALLS = {
         # read_file: a compacted file to rewrite, whole
         ("s3", "GetObject", "lake"),
         ("s3", "HeadObject", "lake"),
-        # rewrite -> write_compacted: a compacted file without a replaced or deleted object's
-        # rows, a new name PUT with If-None-Match
+        # rewrite -> write_compacted -> put_table_file: a compacted file without a replaced or
+        # deleted object's rows, a new name PUT with If-None-Match
         ("s3", "PutObject", "compacted"),
+        # merge.rs write_selection -> put_table_file: an object's winning rows in a table
+        # merged by key, a new name PUT with If-None-Match
+        ("s3", "PutObject", "selection"),
     },
     # The same crate in maintenance mode (main.rs maintain: Publisher::compact, ::maintain).
     "MaintainFunction": {
@@ -131,7 +137,7 @@ SDK_CALLS = {
         # read_file: the files merged, whole; manifest (read_footer): a compacted input's entries
         ("s3", "GetObject", "lake"),
         ("s3", "HeadObject", "lake"),
-        ("s3", "PutObject", "compacted"),  # write_compacted: the merged file, If-None-Match
+        ("s3", "PutObject", "compacted"),  # write_compacted -> put_table_file: the merged file
         # maintain: the files VACUUM's dry run lists and the ledger does not name
         ("s3", "DeleteObject", "lake_parquet"),
     },
@@ -734,6 +740,8 @@ def resource_arn(kind: str, fn: str) -> str:
         return "arn:aws:s3:::<lake>/*_delta_log/*"
     if kind == "compacted":
         return f"arn:aws:s3:::<lake>/*{compacted_file_prefix()}*.parquet"
+    if kind == "selection":
+        return "arn:aws:s3:::<lake>/*.m????????????????.????????.parquet"
     if kind == "lake_parquet":
         return "arn:aws:s3:::<lake>/*.parquet"
     if kind == "table":
@@ -1332,32 +1340,48 @@ def test_library_calls_still_describe_the_code():
 
 
 def test_table_files_written_and_deleted_are_the_ones_granted():
-    """The publish crate writes lake objects through our S3 adapter only in write_compacted,
-    under a new name that starts with tidemark::compact::FILE_PREFIX and ends with .parquet,
-    PUT with If-None-Match (the `compacted` kind: `*compacted-*.parquet`), and deletes them only
-    in maintain.rs maintain, the files VACUUM's dry run lists (the `lake_parquet` kind)."""
+    """The publish crate writes lake objects through our S3 adapter only in put_table_file,
+    PUT with If-None-Match, called by write_compacted (a new name that starts with
+    tidemark::compact::FILE_PREFIX: the `compacted` kind, `*compacted-*.parquet`) and by
+    merge.rs write_selection (`<output name>.m<16 hex>.<8 hex>.parquet`: the `selection`
+    kind), and deletes them only in maintain.rs maintain, the files VACUUM's dry run lists
+    (the `lake_parquet` kind)."""
     failures = []
     calls: dict[str, list[tuple[str, str, str]]] = {}
+    bodies_by_name: dict[str, str] = {}
     for f in rust_files("functions/publish/src"):
         for name, bodies in fn_bodies(rust_text(f)).items():
             for body in bodies:
+                bodies_by_name[name] = bodies_by_name.get(name, "") + body
                 for method in re.findall(r"\bstore\.(\w+)\(", body):
                     if STORE_METHODS.get(method, ("GetObject",))[0] not in ("GetObject", "HeadObject", "ListObjectsV2"):
                         calls.setdefault(method, []).append((f, name, body))
     writers = {m: [(f, n) for f, n, _ in v] for m, v in calls.items()}
-    want = {"put": [("functions/publish/src/lib.rs", "write_compacted")],
+    want = {"put": [("functions/publish/src/lib.rs", "put_table_file")],
             "delete": [("functions/publish/src/maintain.rs", "maintain")]}
     if writers != want:
         failures.append(f"the publish crate writes and deletes through the S3 adapter in {writers}, not {want}: "
                         "update SDK_CALLS' resource kinds and the roles")
     else:
-        put = calls["put"][0][2]
-        for needed in ("tidemark::compact::FILE_PREFIX", '.parquet"', "WriteCondition::Absent"):
-            if needed not in put:
-                failures.append(f"write_compacted no longer names its file with / writes it with {needed}")
+        if "WriteCondition::Absent" not in calls["put"][0][2]:
+            failures.append("put_table_file no longer writes with WriteCondition::Absent (If-None-Match)")
+        callers = sorted(n for n, b in bodies_by_name.items() if re.search(r"\.put_table_file\(", b))
+        if callers != ["write_compacted", "write_selection"]:
+            failures.append(f"put_table_file is called by {callers}, not write_compacted and write_selection: "
+                            "update the resource kinds")
+        compacted = bodies_by_name.get("write_compacted", "")
+        for needed in ("tidemark::compact::FILE_PREFIX", '.parquet"'):
+            if needed not in compacted:
+                failures.append(f"write_compacted no longer names its file with {needed}")
+        naming = bodies_by_name.get("selection_name", "")
+        if '"{stem}.m{hash}.{nonce}.parquet"' not in naming or "[..8]" not in naming:
+            failures.append("merge.rs selection_name no longer makes <stem>.m<hash>.<8-char nonce>.parquet")
+        if 'format!("{h:016x}")' not in rust_text("shared/src/upsert.rs"):
+            failures.append("shared/src/upsert.rs selection_hash is no longer 16 hex digits")
         if "metrics.files_deleted" not in calls["delete"][0][2]:
             failures.append("maintain no longer deletes (only) the files of VACUUM's dry run")
-    check("the publish crate writes only new compacted files and deletes only VACUUM's files", failures)
+    check("the publish crate writes only new compacted files and selections, and deletes only VACUUM's files",
+          failures)
 
 
 def test_maintenance_runs_alone_on_its_schedule():

@@ -213,7 +213,13 @@ fn convert_file(
         .map(|c| c.name.clone())
         .collect();
     spec.max_decoded_bytes = Some(64 << 30);
-    spec.zstd_level = 3;
+    spec.zstd_level = match std::env::var("BENCH_ZSTD_LEVEL") {
+        // A source's `output.zstd_level`, for measuring other levels.
+        Ok(level) => level
+            .parse()
+            .map_err(|e| format!("BENCH_ZSTD_LEVEL={level:?}: {e}"))?,
+        Err(_) => 3,
+    };
     // A source's `output.row_group_mib`, for measuring other row-group sizes.
     if let Ok(mib) = std::env::var("BENCH_ROW_GROUP_MIB") {
         spec.row_group_bytes = mib

@@ -288,6 +288,11 @@ pub struct OutputDoc {
     /// groups. Not part of the configuration's fingerprint (it changes no value).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_group_mib: Option<u32>,
+    /// zstd level of the Parquet outputs' column chunks (1–22; default 3, the level the
+    /// peers are measured at). Lower is cheaper in CPU and larger on disk. Not part of the
+    /// configuration's fingerprint (it changes no value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zstd_level: Option<i32>,
 }
 
 /// A source's outputs published as a table (`output.table`).
@@ -804,6 +809,16 @@ impl Source {
                 "must be between 1 and 1024",
             ));
         }
+        if doc
+            .output
+            .zstd_level
+            .is_some_and(|l| !(1..=22).contains(&l))
+        {
+            return Err(invalid(
+                format!("{at}.output.zstd_level"),
+                "must be between 1 and 22",
+            ));
+        }
         if let Some(table) = &doc.output.table {
             validate_merge(table, &doc.schema, &format!("{at}.output.table"))?;
         }
@@ -908,6 +923,9 @@ impl Source {
         let mut spec = ConvertSpec::new(format, self.schema.clone());
         if let Some(mib) = self.doc.output.row_group_mib {
             spec.row_group_bytes = (mib as usize) << 20;
+        }
+        if let Some(level) = self.doc.output.zstd_level {
+            spec.zstd_level = level;
         }
         spec.compression = compression;
         spec.sum_columns = self.doc.sum_columns.clone();
@@ -1041,6 +1059,7 @@ fn fingerprint(doc: &SourceDoc) -> String {
     let mut output = serde_json::json!(doc.output);
     if let Some(o) = output.as_object_mut() {
         o.remove("row_group_mib");
+        o.remove("zstd_level");
         if let Some(t) = o.get_mut("table").and_then(|t| t.as_object_mut()) {
             t.remove("merge_keys");
             t.remove("merge_order");
@@ -1170,7 +1189,7 @@ mod tests {
     }
 
     #[test]
-    fn the_row_group_size_is_a_layout_not_a_fingerprint() {
+    fn the_row_group_size_and_zstd_level_are_not_part_of_the_fingerprint() {
         let with = |extra: &str| {
             Config::from_json(&doc("").replace(
                 r#""prefix":"orders/"}"#,
@@ -1193,6 +1212,17 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("output.row_group_mib"), "{err}");
+        }
+        // The zstd level likewise.
+        assert_eq!(plain.sources[0].convert_spec("a.csv").zstd_level, 3);
+        let fast = with(r#","zstd_level":1"#).unwrap();
+        assert_eq!(fast.sources[0].convert_spec("a.csv").zstd_level, 1);
+        assert_eq!(plain.sources[0].fingerprint, fast.sources[0].fingerprint);
+        for bad in ["0", "23", "-1"] {
+            let err = with(&format!(r#","zstd_level":{bad}"#))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("output.zstd_level"), "{err}");
         }
     }
 

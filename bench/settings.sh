@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
-# The converter's row-group byte size (a source's `output.row_group_mib`) against its peak
-# RSS, CPU time and output size, on the generated datasets bench/run.sh caches.
+# A source's output settings against the converter's peak RSS, CPU time and output size, on
+# the generated datasets bench/run.sh caches: `row_group_mib` (the Parquet row-group size)
+# or `zstd_level`.
 #
-#   bench/rowgroups.sh                     # sizes 64,32,16,8 MiB; 3 interleaved runs each
-#   BENCH_SIZES=64,16 BENCH_RUNS=5 bench/rowgroups.sh
-#   BENCH_FILES="DIR/a.csv DIR/b.jsonl" bench/rowgroups.sh   (schema: DIR/schema.json)
+#   bench/settings.sh                                   # row_group_mib 64,32,16,8; 3 rounds
+#   BENCH_SETTING=zstd_level BENCH_VALUES=3,1 BENCH_RUNS=5 bench/settings.sh
+#   BENCH_FILES="DIR/a.csv DIR/b.jsonl" bench/settings.sh   (schema: DIR/schema.json)
 #
 # Every run is `tidemark-bench convert` on one pinned CPU (taskset -c 1, one thread) under
-# /usr/bin/time; the sizes are interleaved within each round so that the machine's drift
-# spreads over all of them. Prints a markdown table of medians.
+# /usr/bin/time; the values are interleaved within each round so that the machine's drift
+# spreads over all of them. Prints a markdown table of medians, with CPU against the first
+# value.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
 runs="${BENCH_RUNS:-3}"
-IFS=, read -r -a sizes <<< "${BENCH_SIZES:-64,32,16,8}"
+setting="${BENCH_SETTING:-row_group_mib}"
+case "$setting" in
+    row_group_mib) knob=BENCH_ROW_GROUP_MIB; default_values=64,32,16,8 ;;
+    zstd_level) knob=BENCH_ZSTD_LEVEL; default_values=3,1 ;;
+    *) echo "BENCH_SETTING must be row_group_mib or zstd_level" >&2; exit 1 ;;
+esac
+IFS=, read -r -a sizes <<< "${BENCH_VALUES:-${BENCH_SIZES:-$default_values}}"
 cargo build --release --quiet --manifest-path bench/Cargo.toml
 bin="${CARGO_TARGET_DIR:-$repo/bench/target}/release/tidemark-bench"
 if [ -n "${BENCH_FILES:-}" ]; then
@@ -34,7 +42,7 @@ for round in $(seq "$runs"); do
         case "$f" in *.jsonl) format=jsonl ;; *) format=csv ;; esac
         schema="$(dirname "$f")/schema.json"
         for mib in "${sizes[@]}"; do
-            BENCH_ROW_GROUP_MIB="$mib" /usr/bin/time -f "%e %U %S %M" -o "$out/time" \
+            env "$knob=$mib" /usr/bin/time -f "%e %U %S %M" -o "$out/time" \
                 taskset -c 1 "$bin" convert --format "$format" --compression none \
                 --schema "$schema" --threads 1 "$f" "$out/out.parquet" > "$out/stats.json"
             read -r wall user sys rss < "$out/time"
@@ -42,22 +50,23 @@ for round in $(seq "$runs"); do
             size="$(stat -c %s "$out/out.parquet")"
             printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(basename "$f")" "$mib" "$wall" \
                 "$(python3 -c "print($user + $sys)")" "$rss" "$size" "$groups" >> "$results"
-            echo "round $round: $(basename "$f") ${mib} MiB: ${wall} s, ${rss} KB" >&2
+            echo "round $round: $(basename "$f") $setting=$mib: ${wall} s, ${rss} KB" >&2
         done
     done
 done
-python3 - "$results" <<'EOF'
+python3 - "$results" "$setting" "${sizes[0]}" <<'EOF'
 import statistics, sys
 from collections import defaultdict
 rows = defaultdict(list)
 for line in open(sys.argv[1]):
     name, mib, wall, cpu, rss, size, groups = line.split()
     rows[(name, int(mib))].append((float(wall), float(cpu), int(rss), int(size), int(groups)))
-print("| file | row_group_mib | median wall s | median CPU s | CPU × 64 MiB | peak RSS MB (median) | Parquet MB | row groups |")
+setting, first = sys.argv[2], int(sys.argv[3])
+print(f"| file | {setting} | median wall s | median CPU s | CPU × {setting} {first} | peak RSS MB (median) | Parquet MB | row groups |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 for (name, mib) in sorted(rows, key=lambda k: (k[0], -k[1])):
     r = rows[(name, mib)]
-    base = rows.get((name, 64))
+    base = rows.get((name, first))
     cpu = statistics.median(x[1] for x in r)
     ratio = cpu / statistics.median(x[1] for x in base) if base else float("nan")
     print(f"| {name} | {mib} | {statistics.median(x[0] for x in r):.3f} | {cpu:.3f} | {ratio:.2f} | "

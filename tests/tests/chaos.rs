@@ -134,6 +134,50 @@ async fn small_chaos_run_with_tables_on_dynamodb_local_and_the_s3_emulator() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_chaos_run_with_lost_events_and_tables_on_the_embedded_backends() {
+    let r = chaos_run(
+        Backends::embedded().await,
+        small_with_lost_events().with_table(),
+    )
+    .await;
+    assert!(r.lost_events > 0, "no event was lost");
+    assert_committers_crashed_at_every_step(&r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_chaos_run_with_lost_events_and_tables_on_dynamodb_local_and_the_s3_emulator() {
+    let r = chaos_run(Backends::aws().await, small_with_lost_events().with_table()).await;
+    assert!(r.lost_events > 0, "no event was lost");
+    assert_committers_crashed_at_every_step(&r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "full-size chaos run (minutes, needs the local stack): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
+async fn full_chaos_run_with_tables_on_dynamodb_local_and_the_s3_emulator() {
+    let _one_at_a_time = FULL_SIZE.lock().await;
+    let r = chaos_run(
+        Backends::aws().await,
+        ChaosConfig::full(chaos::seed_from_env()).with_table(),
+    )
+    .await;
+    assert_full_size(&r);
+    assert_committers_crashed_at_every_step(&r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "full-size chaos run (minutes): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
+async fn full_chaos_run_with_tables_on_the_embedded_backends() {
+    let _one_at_a_time = FULL_SIZE.lock().await;
+    let r = chaos_run(
+        Backends::embedded().await,
+        ChaosConfig::full(chaos::seed_from_env()).with_table(),
+    )
+    .await;
+    assert_full_size(&r);
+    assert_committers_crashed_at_every_step(&r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "full-size chaos run (minutes): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
 async fn full_chaos_run_on_the_embedded_backends() {
     let _one_at_a_time = FULL_SIZE.lock().await;

@@ -151,52 +151,39 @@ async fn small_chaos_run_with_lost_events_and_tables_on_dynamodb_local_and_the_s
     assert_committers_crashed_at_every_step(&r);
 }
 
+/// A full-size run, one at a time (each takes minutes and both cores): its report checked
+/// for size, and for the committers' crashes when it publishes tables.
+async fn full_run(b: Backends, tables: bool) {
+    let _one_at_a_time = FULL_SIZE.lock().await;
+    let config = ChaosConfig::full(chaos::seed_from_env());
+    let config = if tables { config.with_table() } else { config };
+    let r = chaos_run(b, config).await;
+    assert_full_size(&r);
+    if tables {
+        assert_committers_crashed_at_every_step(&r);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "full-size chaos run (minutes, needs the local stack): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
 async fn full_chaos_run_with_tables_on_dynamodb_local_and_the_s3_emulator() {
-    let _one_at_a_time = FULL_SIZE.lock().await;
-    let r = chaos_run(
-        Backends::aws().await,
-        ChaosConfig::full(chaos::seed_from_env()).with_table(),
-    )
-    .await;
-    assert_full_size(&r);
-    assert_committers_crashed_at_every_step(&r);
+    full_run(Backends::aws().await, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "full-size chaos run (minutes): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
 async fn full_chaos_run_with_tables_on_the_embedded_backends() {
-    let _one_at_a_time = FULL_SIZE.lock().await;
-    let r = chaos_run(
-        Backends::embedded().await,
-        ChaosConfig::full(chaos::seed_from_env()).with_table(),
-    )
-    .await;
-    assert_full_size(&r);
-    assert_committers_crashed_at_every_step(&r);
+    full_run(Backends::embedded().await, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "full-size chaos run (minutes): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
 async fn full_chaos_run_on_the_embedded_backends() {
-    let _one_at_a_time = FULL_SIZE.lock().await;
-    let r = chaos_run(
-        Backends::embedded().await,
-        ChaosConfig::full(chaos::seed_from_env()),
-    )
-    .await;
-    assert_full_size(&r);
+    full_run(Backends::embedded().await, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "full-size chaos run (minutes, needs the local stack): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
 async fn full_chaos_run_on_dynamodb_local_and_the_s3_emulator() {
-    let _one_at_a_time = FULL_SIZE.lock().await;
-    let r = chaos_run(
-        Backends::aws().await,
-        ChaosConfig::full(chaos::seed_from_env()),
-    )
-    .await;
-    assert_full_size(&r);
+    full_run(Backends::aws().await, false).await;
 }

@@ -931,13 +931,7 @@ pub fn abandon(r: &Record, token: &str, note: &str, now: i64) -> Result<Record, 
 
 /// FNV-1a of `parts`, 16 hex digits: short stable names for per-version objects.
 pub fn short_hash(parts: &[&str]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for b in p.bytes().chain([0u8]) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
+    let h = crate::config::fnv1a_bytes(parts.iter().flat_map(|p| p.bytes().chain([0u8])));
     format!("{h:016x}")
 }
 

@@ -1161,8 +1161,13 @@ pub fn table_key_hash_of(path: &str) -> Option<&str> {
 }
 
 fn fnv1a(text: &str) -> u64 {
+    fnv1a_bytes(text.bytes())
+}
+
+/// FNV-1a (64-bit) of `bytes`: the crate's stable short hash (names, shards, fingerprints).
+pub(crate) fn fnv1a_bytes(bytes: impl IntoIterator<Item = u8>) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
+    for byte in bytes {
         h ^= u64::from(byte);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }

@@ -79,11 +79,6 @@ impl KeyedRows {
     pub fn order(&self, i: usize) -> &[u8] {
         self.order.as_ref().map_or(&[], |o| o.row(i).data())
     }
-
-    /// Bytes held.
-    pub fn size(&self) -> usize {
-        self.keys.size() + self.order.as_ref().map_or(0, Rows::size)
-    }
 }
 
 impl Columns {
@@ -199,21 +194,13 @@ pub fn winners(files: &[(&str, &str, &KeyedRows)]) -> Vec<Vec<bool>> {
 
 /// A short, stable name of a selection (which rows of a file are kept).
 pub fn selection_hash(selected: &[bool]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut mix = |byte: u8| {
-        h ^= u64::from(byte);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    };
-    for (i, s) in selected.iter().enumerate() {
-        if *s {
-            for b in (i as u64).to_le_bytes() {
-                mix(b);
-            }
-        }
-    }
-    for b in (selected.len() as u64).to_le_bytes() {
-        mix(b);
-    }
+    let rows = selected
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| **s)
+        .map(|(i, _)| i as u64)
+        .chain([selected.len() as u64]);
+    let h = crate::config::fnv1a_bytes(rows.flat_map(u64::to_le_bytes));
     format!("{h:016x}")
 }
 

@@ -124,12 +124,7 @@ pub fn pk(source_id: &str, key: &str) -> String {
 
 /// The index shard of a key (FNV-1a, stable across processes).
 pub fn shard(key: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in key.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h % SHARDS
+    crate::config::fnv1a_bytes(key.bytes()) % SHARDS
 }
 
 impl DynamoLedger {

@@ -21,7 +21,7 @@ case "$setting" in
     zstd_level) knob=BENCH_ZSTD_LEVEL; default_values=3,1 ;;
     *) echo "BENCH_SETTING must be row_group_mib or zstd_level" >&2; exit 1 ;;
 esac
-IFS=, read -r -a sizes <<< "${BENCH_VALUES:-${BENCH_SIZES:-$default_values}}"
+IFS=, read -r -a values <<< "${BENCH_VALUES:-$default_values}"
 cargo build --release --quiet --manifest-path bench/Cargo.toml
 bin="${CARGO_TARGET_DIR:-$repo/bench/target}/release/tidemark-bench"
 if [ -n "${BENCH_FILES:-}" ]; then
@@ -41,34 +41,34 @@ for round in $(seq "$runs"); do
     for f in "${files[@]}"; do
         case "$f" in *.jsonl) format=jsonl ;; *) format=csv ;; esac
         schema="$(dirname "$f")/schema.json"
-        for mib in "${sizes[@]}"; do
-            env "$knob=$mib" /usr/bin/time -f "%e %U %S %M" -o "$out/time" \
+        for value in "${values[@]}"; do
+            env "$knob=$value" /usr/bin/time -f "%e %U %S %M" -o "$out/time" \
                 taskset -c 1 "$bin" convert --format "$format" --compression none \
                 --schema "$schema" --threads 1 "$f" "$out/out.parquet" > "$out/stats.json"
             read -r wall user sys rss < "$out/time"
             groups="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["row_groups"])' "$out/stats.json")"
             size="$(stat -c %s "$out/out.parquet")"
-            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(basename "$f")" "$mib" "$wall" \
+            printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$(basename "$f")" "$value" "$wall" \
                 "$(python3 -c "print($user + $sys)")" "$rss" "$size" "$groups" >> "$results"
-            echo "round $round: $(basename "$f") $setting=$mib: ${wall} s, ${rss} KB" >&2
+            echo "round $round: $(basename "$f") $setting=$value: ${wall} s, ${rss} KB" >&2
         done
     done
 done
-python3 - "$results" "$setting" "${sizes[0]}" <<'EOF'
+python3 - "$results" "$setting" "${values[0]}" <<'EOF'
 import statistics, sys
 from collections import defaultdict
 rows = defaultdict(list)
 for line in open(sys.argv[1]):
-    name, mib, wall, cpu, rss, size, groups = line.split()
-    rows[(name, int(mib))].append((float(wall), float(cpu), int(rss), int(size), int(groups)))
+    name, value, wall, cpu, rss, size, groups = line.split()
+    rows[(name, int(value))].append((float(wall), float(cpu), int(rss), int(size), int(groups)))
 setting, first = sys.argv[2], int(sys.argv[3])
 print(f"| file | {setting} | median wall s | median CPU s | CPU × {setting} {first} | peak RSS MB (median) | Parquet MB | row groups |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
-for (name, mib) in sorted(rows, key=lambda k: (k[0], -k[1])):
-    r = rows[(name, mib)]
+for (name, value) in sorted(rows, key=lambda k: (k[0], -k[1])):
+    r = rows[(name, value)]
     base = rows.get((name, first))
     cpu = statistics.median(x[1] for x in r)
     ratio = cpu / statistics.median(x[1] for x in base) if base else float("nan")
-    print(f"| {name} | {mib} | {statistics.median(x[0] for x in r):.3f} | {cpu:.3f} | {ratio:.2f} | "
+    print(f"| {name} | {value} | {statistics.median(x[0] for x in r):.3f} | {cpu:.3f} | {ratio:.2f} | "
           f"{statistics.median(x[2] for x in r) / 1024:.0f} | {r[0][3] / 1e6:.1f} | {r[0][4]} |")
 EOF

@@ -22,7 +22,7 @@ use futures::StreamExt;
 use tidemark::config::{Source, table_key_hash_of};
 use tidemark::upsert::{Columns, KeyedRows, selection_hash, winners};
 
-use crate::{FOOTER_READS, Plan, PublishError, Publisher, partition_values, relative};
+use crate::{FOOTER_READS, Plan, PublishError, Publisher, relative};
 
 /// A file the table must hold for a live object: only these rows of its output.
 pub(crate) struct Selection {
@@ -200,10 +200,9 @@ impl Publisher {
         let bytes = self.read_file(source, &selection.original).await?;
         let kept = tidemark::upsert::select(bytes, &selection.selected)
             .map_err(|e| self.file_error(source, &selection.original, e.to_string()))?;
+        // In the output's own folder, so it has the output's partition values.
         let path = selection_name(&selection.original, &selection.hash);
-        let mut add = self.put_table_file(source, &path, kept, true).await?;
-        add.partition_values = partition_values(source, &selection.original);
-        Ok(add)
+        self.put_table_file(source, &path, kept, true).await
     }
 }
 

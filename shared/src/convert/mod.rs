@@ -471,12 +471,15 @@ pub fn convert<R: Read, W: Write + Send>(
     })
 }
 
-/// The Parquet writer of [`convert`], made when the first rows arrive so that each column's
-/// encoding is chosen from them (see [`column_choices`]).
+/// The Parquet writer of [`convert`], made when the first [`CHOICE_MIN_ROWS`] rows have
+/// arrived so that each column's encoding is chosen from them (see [`column_choices`]).
+/// Batches are closed by bytes, so one batch of wide rows can hold fewer than that: the
+/// first batches wait in `pending` (a few MiB at most) until there are enough rows.
 struct Encoder<'s, W: Write + Send> {
     spec: &'s ConvertSpec,
     output: Option<W>,
     writer: Option<ArrowWriter<W>>,
+    pending: Vec<RecordBatch>,
 }
 
 impl<'s, W: Write + Send> Encoder<'s, W> {
@@ -487,42 +490,65 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
             spec,
             output: Some(output),
             writer: None,
+            pending: Vec::new(),
         })
     }
 
-    fn writer(&mut self, first: Option<&RecordBatch>) -> Result<&mut ArrowWriter<W>, ConvertError> {
+    /// Makes the writer, its columns' encodings chosen from the pending batches, and writes
+    /// them.
+    fn start(&mut self) -> Result<&mut ArrowWriter<W>, ConvertError> {
         if let Some(output) = self.output.take() {
             let mut properties = writer_builder(self.spec, self.spec.row_group_bytes)?;
-            if let Some(batch) = first {
-                properties = column_choices(properties, batch, self.spec.row_group_rows);
+            let pending = std::mem::take(&mut self.pending);
+            if !pending.is_empty() {
+                let first = arrow_select::concat::concat_batches(&self.spec.schema, &pending)
+                    .map_err(|e| ConvertError::Encode {
+                        message: e.to_string(),
+                    })?;
+                properties = column_choices(properties, &first, self.spec.row_group_rows);
             }
-            self.writer = Some(ArrowWriter::try_new(
+            let writer = self.writer.insert(ArrowWriter::try_new(
                 output,
                 self.spec.schema.clone(),
                 Some(properties.build()),
             )?);
+            for batch in &pending {
+                writer.write(batch)?;
+            }
         }
         Ok(self.writer.as_mut().expect("made above"))
     }
 
     fn write(&mut self, batch: &RecordBatch) -> Result<(), ConvertError> {
-        if batch.num_rows() == 0 && self.writer.is_none() {
+        if let Some(writer) = self.writer.as_mut() {
+            writer.write(batch)?;
+            return Ok(());
+        }
+        if batch.num_rows() == 0 {
             return Ok(()); // choose from rows, not from a batch whose rows were all rejected
         }
-        self.writer(Some(batch))?.write(batch)?;
+        self.pending.push(batch.clone());
+        if self
+            .pending
+            .iter()
+            .map(RecordBatch::num_rows)
+            .sum::<usize>()
+            >= CHOICE_MIN_ROWS
+        {
+            self.start()?;
+        }
         Ok(())
     }
 
     /// Finishes the file; returns its number of row groups.
     fn close(mut self) -> Result<usize, ConvertError> {
-        self.writer(None)?;
+        self.start()?;
         let writer = self.writer.expect("made above");
         Ok(writer.close()?.num_row_groups())
     }
 }
 
-/// Rows of the first batch below which its values say too little to turn a column's
-/// dictionary off.
+/// Rows below which the first values say too little to turn a column's dictionary off.
 const CHOICE_MIN_ROWS: usize = 1_000;
 
 /// The dictionary page limit of the Parquet writer (its default, 1 MiB): a column whose
@@ -1385,27 +1411,38 @@ mod tests {
         use parquet::basic::Encoding;
         use parquet::file::reader::{FileReader, SerializedFileReader};
 
-        let (csv, spec) = orders(5_000);
-        let mut out = Vec::new();
-        convert(csv.as_bytes(), &spec, &mut out).unwrap();
-        let file = SerializedFileReader::new(bytes::Bytes::from(out)).unwrap();
-        let group = file.metadata().row_group(0);
-        let dictionary = |c: usize| {
-            group
-                .column(c)
-                .encodings()
-                .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY))
-        };
-        assert!(!dictionary(0), "id: every value distinct");
-        assert!(
-            group
-                .column(0)
-                .encodings()
-                .any(|e| e == Encoding::DELTA_BINARY_PACKED),
-            "id: counting up, stored as differences"
-        );
-        assert!(dictionary(1), "status: four values");
-        assert!(!dictionary(2), "note: every value distinct");
+        // Batches of 300 rows: wide rows fill a batch's bytes before 1,000 rows, and the
+        // choice is then made from the first batches together.
+        for batch_rows in [None, Some(300)] {
+            let (csv, mut spec) = orders(5_000);
+            if let Some(rows) = batch_rows {
+                spec.batch_rows = rows;
+            }
+            let mut out = Vec::new();
+            convert(csv.as_bytes(), &spec, &mut out).unwrap();
+            let file = SerializedFileReader::new(bytes::Bytes::from(out)).unwrap();
+            let group = file.metadata().row_group(0);
+            let dictionary = |c: usize| {
+                group
+                    .column(c)
+                    .encodings()
+                    .any(|e| matches!(e, Encoding::RLE_DICTIONARY | Encoding::PLAIN_DICTIONARY))
+            };
+            assert!(!dictionary(0), "id: every value distinct ({batch_rows:?})");
+            assert!(
+                group
+                    .column(0)
+                    .encodings()
+                    .any(|e| e == Encoding::DELTA_BINARY_PACKED),
+                "id: counting up, stored as differences ({batch_rows:?})"
+            );
+            assert!(dictionary(1), "status: four values ({batch_rows:?})");
+            assert!(
+                !dictionary(2),
+                "note: every value distinct ({batch_rows:?})"
+            );
+            assert_eq!(group.num_rows(), 5_000);
+        }
         // Too few rows to tell: the dictionary stays on.
         let (csv, spec) = orders(50);
         let mut out = Vec::new();

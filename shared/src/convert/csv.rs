@@ -884,13 +884,26 @@ fn primitive<'a, T: ArrowPrimitiveType>(
 /// not valid UTF-8 once unescaped, which only an escape before a byte of a multi-byte
 /// character could cause).
 fn unquote(text: &str, options: &CsvOptions) -> Option<String> {
-    let quote = char::from(options.quote);
-    if options.escape.is_none() {
-        // Only doubled quotes: no byte-level work, no second UTF-8 check.
-        let doubled: String = [quote, quote].iter().collect();
-        return Some(text.replace(&doubled, quote.encode_utf8(&mut [0; 4])));
-    }
     let bytes = text.as_bytes();
+    let quote = options.quote;
+    if options.escape.is_none() && quote.is_ascii() {
+        // Only doubled quotes, each kept once (what `str::replace` of the pair does, from
+        // `memchr` to `memchr`): no second UTF-8 check, since an ASCII byte never cuts a
+        // character.
+        let mut unquoted = String::with_capacity(text.len());
+        let mut from = 0;
+        while let Some(at) = memchr::memchr(quote, &bytes[from..]).map(|i| from + i) {
+            unquoted.push_str(&text[from..=at]);
+            from = at
+                + if bytes.get(at + 1) == Some(&quote) {
+                    2
+                } else {
+                    1
+                };
+        }
+        unquoted.push_str(&text[from..]);
+        return Some(unquoted);
+    }
     let mut unquoted = Vec::with_capacity(bytes.len());
     let mut rest = bytes.iter();
     while let Some(&b) = rest.next() {

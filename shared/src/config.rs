@@ -799,25 +799,21 @@ impl Source {
         if let Some(b) = &doc.bookmark {
             crate::bookmark::validate(b, &doc.schema, at)?;
         }
-        if doc
-            .output
-            .row_group_mib
-            .is_some_and(|m| !(1..=1024).contains(&m))
-        {
-            return Err(invalid(
-                format!("{at}.output.row_group_mib"),
-                "must be between 1 and 1024",
-            ));
-        }
-        if doc
-            .output
-            .zstd_level
-            .is_some_and(|l| !(1..=22).contains(&l))
-        {
-            return Err(invalid(
-                format!("{at}.output.zstd_level"),
-                "must be between 1 and 22",
-            ));
+        let writer_settings = [
+            (
+                "row_group_mib",
+                doc.output.row_group_mib.map(i64::from),
+                1..=1024,
+            ),
+            ("zstd_level", doc.output.zstd_level.map(i64::from), 1..=22),
+        ];
+        for (name, value, range) in writer_settings {
+            if value.is_some_and(|v| !range.contains(&v)) {
+                return Err(invalid(
+                    format!("{at}.output.{name}"),
+                    format!("must be between {} and {}", range.start(), range.end()),
+                ));
+            }
         }
         if let Some(table) = &doc.output.table {
             validate_merge(table, &doc.schema, &format!("{at}.output.table"))?;

@@ -4,7 +4,9 @@ bench/harness.py times (interpreter start, imports, read, write).
     python engines.py ENGINE FORMAT COMPRESSION IN OUT SCHEMA_JSON
 
 ENGINE is pyarrow, pyarrow-stream (CSV only), duckdb or polars; FORMAT csv or jsonl;
-COMPRESSION none or gzip. Every engine gets the explicit schema of SCHEMA_JSON (the
+COMPRESSION none or gzip; OUT `-`: decode only, into memory, nothing written (for
+bench/split.sh; pyarrow and polars read the whole table, DuckDB materialises it as a
+table, which is more than its COPY does while streaming: an upper bound on its decoding). Every engine gets the explicit schema of SCHEMA_JSON (the
 format of bench/schema.json: int32, int64, float32, float64, decimal(P,S), string, bool,
 date, timestamp), writes Parquet with zstd level 3 and runs on one thread. Imports are
 inside each function so that each process only pays for its own engine.
@@ -88,6 +90,10 @@ def run_pyarrow(fmt, compression, src, out, columns, stream=False):
             # (pyarrow writes one or more row groups per batch, never merges batches).
             read = pcsv.ReadOptions(use_threads=not ONE_THREAD, block_size=16 << 20)
             reader = pcsv.open_csv(source, read_options=read, convert_options=convert)
+            if out == "-":
+                for _ in reader:
+                    pass
+                return
             with pq.ParquetWriter(out, reader.schema, compression="zstd", compression_level=ZSTD_LEVEL) as w:
                 for batch in reader:
                     w.write_batch(batch)
@@ -106,7 +112,8 @@ def run_pyarrow(fmt, compression, src, out, columns, stream=False):
         )
         if dates:
             table = table.cast(schema)
-    pq.write_table(table, out, compression="zstd", compression_level=ZSTD_LEVEL)
+    if out != "-":
+        pq.write_table(table, out, compression="zstd", compression_level=ZSTD_LEVEL)
 
 
 def run_duckdb(fmt, compression, src, out, columns):
@@ -124,7 +131,10 @@ def run_duckdb(fmt, compression, src, out, columns):
         scan = f"read_csv('{src}', header=true, delim=',', quote='\"', escape='\"', columns={cols}, compression='{comp}', auto_detect=false)"
     else:
         scan = f"read_json('{src}', format='newline_delimited', columns={cols}, compression='{comp}')"
-    con.execute(f"COPY (SELECT * FROM {scan}) TO '{out}' (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL {ZSTD_LEVEL})")
+    if out == "-":
+        con.execute(f"CREATE TABLE decoded AS SELECT * FROM {scan}")
+    else:
+        con.execute(f"COPY (SELECT * FROM {scan}) TO '{out}' (FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL {ZSTD_LEVEL})")
     con.close()
 
 
@@ -152,7 +162,8 @@ def run_polars(fmt, compression, src, out, columns):
         df = pl.read_ndjson(src, schema={name: pl.String if name in decimals else t for name, t in schema.items()})
         if decimals:
             df = df.with_columns(pl.col(name).cast(t) for name, t in decimals.items())
-    df.write_parquet(out, compression="zstd", compression_level=ZSTD_LEVEL)
+    if out != "-":
+        df.write_parquet(out, compression="zstd", compression_level=ZSTD_LEVEL)
 
 
 def main(argv):

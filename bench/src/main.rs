@@ -11,7 +11,8 @@
 //!     (a JSON list of columns as in bench/schema.json; default: the orders schema),
 //!     zstd level 3, Parquet to OUT; prints the stats (rows, exact sums of every
 //!     numeric column, rows rejected) as JSON. `--bad-rows reject`: the policy
-//!     `on_bad_row: reject`, with no cap.
+//!     `on_bad_row: reject`, with no cap. OUT `-`: decode only, nothing encoded
+//!     (`tidemark::convert::count`, reconciliation's recount): the decoder's share.
 //! tidemark-bench spoil --every N IN OUT
 //!     Copies the (uncompressed) CSV or JSON Lines file IN to OUT with the first digit of
 //!     every Nth data line replaced by `x`: a bad `order_id` in CSV, invalid JSON in JSON
@@ -31,7 +32,9 @@ use std::process::ExitCode;
 
 use flate2::read::MultiGzDecoder;
 use flate2::write::GzEncoder;
-use tidemark::convert::{BadRows, Compression, ConvertSpec, CsvOptions, InputFormat, convert};
+use tidemark::convert::{
+    BadRows, Compression, ConvertSpec, CsvOptions, InputFormat, convert, count,
+};
 use tidemark::schema::{ColumnSpec, arrow_schema};
 
 mod wide;
@@ -53,7 +56,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: tidemark-bench gen [--dataset orders|wide] --rows N --out DIR
-       tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] [--threads N] IN OUT
+       tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] [--threads N] IN OUT|-
        tidemark-bench spoil --every N IN OUT
        tidemark-bench read --compression none|gzip FILE
        tidemark-bench --version";
@@ -228,10 +231,15 @@ fn convert_file(
             << 20;
     }
     let input = File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;
-    let out = File::create(output).map_err(|e| format!("{}: {e}", output.display()))?;
-    let mut out = BufWriter::with_capacity(1 << 20, out);
-    let stats = convert(input, &spec, &mut out)?;
-    out.into_inner().map_err(|e| e.into_error())?.sync_data()?;
+    let stats = if output == Path::new("-") {
+        count(input, &spec)?
+    } else {
+        let out = File::create(output).map_err(|e| format!("{}: {e}", output.display()))?;
+        let mut out = BufWriter::with_capacity(1 << 20, out);
+        let stats = convert(input, &spec, &mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_data()?;
+        stats
+    };
     let mut printed = serde_json::to_value(&stats)?;
     printed["rejected"] = stats.rejects.len().into();
     println!("{printed}");

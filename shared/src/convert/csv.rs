@@ -1034,13 +1034,51 @@ impl Scan {
         budget: usize,
         spans: &mut Spans,
     ) -> Found {
+        self.run_with(o, max_record, bytes, base, budget, spans, true)
+    }
+
+    /// [`Self::run`], with the [`Self::block`] pass (`blocks`) or byte by byte only.
+    #[allow(clippy::too_many_arguments)]
+    fn run_with(
+        &mut self,
+        o: &CsvOptions,
+        max_record: usize,
+        bytes: &[u8],
+        base: usize,
+        budget: usize,
+        spans: &mut Spans,
+        blocks: bool,
+    ) -> Found {
         let terminator = |b: u8| b == b'\n' || b == b'\r';
         // The bytes that end an unquoted (a quoted) field or change its state; all others
         // are skipped in bulk, so that the state machine below runs only at field edges.
         let unquoted = [o.delimiter, b'\n', b'\r'];
         let quoted = [o.quote, o.escape.unwrap_or(o.quote), o.quote];
+        // Blocks need the delimiter and the quote to be neither each other nor a line
+        // terminator, and records of 64 bytes to be allowed.
+        let blocks = blocks
+            && max_record >= BLOCK
+            && ![b'\n', b'\r', o.quote].contains(&o.delimiter)
+            && !terminator(o.quote);
         let mut i = 0;
         while i < bytes.len() {
+            if blocks
+                && matches!(
+                    self.state,
+                    State::StartRecord | State::StartField | State::Unquoted
+                )
+                && let Some(step) = self.block(o, max_record, bytes, i, base, budget, spans)
+            {
+                #[cfg(test)]
+                tests::BLOCKS.set(tests::BLOCKS.get() + 1);
+                match step {
+                    Ok(next) => {
+                        i = next;
+                        continue;
+                    }
+                    Err(found) => return found,
+                }
+            }
             let special = match self.state {
                 State::Unquoted => Some(unquoted),
                 State::Quoted => Some(quoted),
@@ -1065,11 +1103,7 @@ impl Scan {
                 if terminator(b) {
                     continue;
                 }
-                self.state = State::StartField;
-                self.field = 0;
-                self.record_start = at;
-                self.field_start = at;
-                self.unescape = false;
+                self.start_record(at);
             }
             // The same order of tests as csv-core's NFA (quote, delimiter, terminator).
             let field_end = || at - usize::from(self.state == State::QuoteEnd);
@@ -1119,6 +1153,105 @@ impl Scan {
         }
         Found::End
     }
+}
+
+/// Bytes [`Scan::block`] reads at a time.
+const BLOCK: usize = 64;
+
+impl Scan {
+    /// Reads the [`BLOCK`] bytes of `bytes` from `i` up to their first quote or carriage
+    /// return, when the scan is outside quotes (between records, at the start of a field or
+    /// in an unquoted field): there every delimiter ends a field and every line feed a
+    /// record, found for the whole block at once, so the state machine of [`Self::run`]
+    /// is left for the quoted fields alone. Does what `run` does byte by byte over the same
+    /// bytes: `Some(Ok(next))`, the offset it stopped at, or `Some(Err(found))`, a boundary;
+    /// `None` when it cannot read a byte (a quote or carriage return first, fewer than
+    /// [`BLOCK`] bytes left, or a record that could pass `max_record` in the block).
+    #[allow(clippy::too_many_arguments)]
+    fn block(
+        &mut self,
+        o: &CsvOptions,
+        max_record: usize,
+        bytes: &[u8],
+        i: usize,
+        base: usize,
+        budget: usize,
+        spans: &mut Spans,
+    ) -> Option<Result<usize, Found>> {
+        let block: &[u8; BLOCK] = bytes.get(i..i + BLOCK)?.try_into().ok()?;
+        let (separators, stops) = block_masks(block, o.delimiter, o.quote);
+        let end = stops.trailing_zeros() as usize;
+        if end == 0
+            || (self.state != State::StartRecord && base + i + end - self.record_start > max_record)
+        {
+            return None;
+        }
+        let mut separators = if end == BLOCK {
+            separators
+        } else {
+            separators & ((1 << end) - 1)
+        };
+        // The first byte not yet read.
+        let mut from = i;
+        while separators != 0 {
+            let at = i + separators.trailing_zeros() as usize;
+            separators &= separators - 1;
+            let newline = bytes[at] == b'\n';
+            if self.state == State::StartRecord {
+                if newline && at == from {
+                    from = at + 1; // a blank line
+                    continue;
+                }
+                self.start_record(base + from);
+            }
+            spans.push(self.field_start, base + at, self.unescape);
+            from = at + 1;
+            if newline {
+                spans.end_record(self.field + 1);
+                self.state = State::StartRecord;
+                if base + from >= budget || spans.records >= spans.max_records {
+                    return Some(Err(Found::Boundary(from)));
+                }
+            } else {
+                self.field += 1;
+                self.field_start = base + from;
+                self.unescape = false;
+                self.state = State::StartField;
+            }
+        }
+        if from < i + end {
+            if self.state == State::StartRecord {
+                self.start_record(base + from);
+            }
+            self.state = State::Unquoted;
+        }
+        Some(Ok(i + end))
+    }
+
+    /// A record starts at offset `at` of `raw`.
+    fn start_record(&mut self, at: usize) {
+        self.state = State::StartField;
+        self.field = 0;
+        self.record_start = at;
+        self.field_start = at;
+        self.unescape = false;
+    }
+}
+
+/// Bit `k` set where byte `k` of `block` is the delimiter or a line feed, and where it is
+/// the quote or a carriage return.
+fn block_masks(block: &[u8; BLOCK], delimiter: u8, quote: u8) -> (u64, u64) {
+    use wide::u8x16;
+    let [delimiter, newline, quote, cr] = [delimiter, b'\n', quote, b'\r'].map(u8x16::splat);
+    let (mut separators, mut stops) = (0, 0);
+    for (k, lanes) in block.chunks_exact(16).enumerate() {
+        let v = u8x16::new(lanes.try_into().expect("16 bytes"));
+        let separator = v.simd_eq(delimiter) | v.simd_eq(newline);
+        let stop = v.simd_eq(quote) | v.simd_eq(cr);
+        separators |= u64::from(separator.to_bitmask()) << (16 * k);
+        stops |= u64::from(stop.to_bitmask()) << (16 * k);
+    }
+    (separators, stops)
 }
 
 /// The index of the first of `special` in `bytes[from..end]`, or `end`: eight bytes at a
@@ -1206,6 +1339,8 @@ mod tests {
         pub(super) static ARROW_ONLY: Cell<bool> = const { Cell::new(false) };
         /// Batches this thread's decoders read from the scan's fields.
         pub(super) static FAST_BATCHES: Cell<usize> = const { Cell::new(0) };
+        /// Blocks [`Scan::block`] read on this thread.
+        pub(super) static BLOCKS: Cell<usize> = const { Cell::new(0) };
     }
 
     /// Clean files are read from the scan's fields, whatever the spelling of their values:
@@ -1871,5 +2006,76 @@ mod tests {
             agreed > 1000 && refused > 400,
             "{agreed} agreed, {refused} refused"
         );
+    }
+
+    /// The block pass reads what the byte-by-byte scan reads: the same fields, records,
+    /// boundaries, errors and state, on inputs long enough for blocks, fed in chunks as
+    /// `fill` feeds them, with budgets, record caps and record limits that stop the scan
+    /// inside blocks.
+    #[test]
+    fn blocks_read_what_the_byte_scan_reads() {
+        const ALPHABET: &[u8] = b"abcdefghijklmnop,,,,;;\n\n\r\"\"'\\ ";
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15_u64);
+        BLOCKS.set(0);
+        for round in 0..6_000 {
+            // Some inputs have no quotes or carriage returns at all.
+            let alphabet = if round % 3 == 0 {
+                &ALPHABET[..22]
+            } else {
+                ALPHABET
+            };
+            let len = 40 + (next() % 400) as usize;
+            let input: Vec<u8> = (0..len)
+                .map(|_| alphabet[next() as usize % alphabet.len()])
+                .collect();
+            let options = CsvOptions {
+                delimiter: if round % 5 == 0 { b';' } else { b',' },
+                quote: if round % 7 == 0 { b'\'' } else { b'"' },
+                escape: (round % 4 == 0).then_some(b'\\'),
+                header: false,
+            };
+            let max_record = [40, 64, 90, 300, usize::MAX][round % 5];
+            let width = 1 + round % 4;
+            let max_records = [usize::MAX, 1, 3][round % 3];
+            let cuts: Vec<usize> = (0..64).map(|_| 1 + (next() % 150) as usize).collect();
+            let budgets: Vec<usize> = (0..64).map(|_| (next() % 120) as usize).collect();
+            let scan = |blocks: bool| {
+                let (mut scan, mut spans) = (Scan::default(), Spans::new(width));
+                spans.max_records = max_records;
+                let (mut offset, mut steps, mut log) = (0, 0, Vec::new());
+                let mut budget = budgets[0];
+                while offset < input.len() && steps < 64 {
+                    let chunk = &input[offset..(offset + cuts[steps]).min(input.len())];
+                    steps += 1;
+                    let found = scan.run_with(
+                        &options, max_record, chunk, offset, budget, &mut spans, blocks,
+                    );
+                    let (n, stop) = match found {
+                        Found::End => (chunk.len(), None),
+                        Found::Boundary(n) => {
+                            budget = offset + n + budgets[steps % 64];
+                            spans.records = 0;
+                            (n, Some("boundary"))
+                        }
+                        Found::Malformed(n, why) => (n, Some(why)),
+                        Found::TooLong(n) => (n, Some("too long")),
+                    };
+                    log.push((offset, n, stop));
+                    offset += n;
+                    if stop.is_some_and(|s| s != "boundary") {
+                        break;
+                    }
+                }
+                (log, spans.fields, spans.irregular, format!("{scan:?}"))
+            };
+            let bytewise = scan(false);
+            assert_eq!(
+                scan(true),
+                bytewise,
+                "{:?} {options:?} max_record {max_record} width {width}",
+                String::from_utf8_lossy(&input)
+            );
+        }
+        assert!(BLOCKS.get() > 10_000, "{} blocks read", BLOCKS.get());
     }
 }

@@ -1034,21 +1034,11 @@ impl Scan {
         budget: usize,
         spans: &mut Spans,
     ) -> Found {
-        self.run_with(o, max_record, bytes, base, budget, spans, true)
-    }
-
-    /// [`Self::run`], with the [`Self::block`] pass (`blocks`) or byte by byte only.
-    #[allow(clippy::too_many_arguments)]
-    fn run_with(
-        &mut self,
-        o: &CsvOptions,
-        max_record: usize,
-        bytes: &[u8],
-        base: usize,
-        budget: usize,
-        spans: &mut Spans,
-        blocks: bool,
-    ) -> Found {
+        // Tests compare the block pass with the byte-by-byte scan alone.
+        #[cfg(test)]
+        let blocks = !tests::BYTEWISE.get();
+        #[cfg(not(test))]
+        let blocks = true;
         let terminator = |b: u8| b == b'\n' || b == b'\r';
         // The bytes that end an unquoted (a quoted) field or change its state; all others
         // are skipped in bulk, so that the state machine below runs only at field edges.
@@ -1341,6 +1331,8 @@ mod tests {
         pub(super) static FAST_BATCHES: Cell<usize> = const { Cell::new(0) };
         /// Blocks [`Scan::block`] read on this thread.
         pub(super) static BLOCKS: Cell<usize> = const { Cell::new(0) };
+        /// [`Scan::run`] reads byte by byte only, without [`Scan::block`].
+        pub(super) static BYTEWISE: Cell<bool> = const { Cell::new(false) };
     }
 
     /// Clean files are read from the scan's fields, whatever the spelling of their values:
@@ -2047,9 +2039,9 @@ mod tests {
                 while offset < input.len() && steps < 64 {
                     let chunk = &input[offset..(offset + cuts[steps]).min(input.len())];
                     steps += 1;
-                    let found = scan.run_with(
-                        &options, max_record, chunk, offset, budget, &mut spans, blocks,
-                    );
+                    BYTEWISE.set(!blocks);
+                    let found = scan.run(&options, max_record, chunk, offset, budget, &mut spans);
+                    BYTEWISE.set(false);
                     let (n, stop) = match found {
                         Found::End => (chunk.len(), None),
                         Found::Boundary(n) => {

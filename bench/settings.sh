@@ -24,16 +24,8 @@ esac
 IFS=, read -r -a values <<< "${BENCH_VALUES:-$default_values}"
 cargo build --release --quiet --manifest-path bench/Cargo.toml
 bin="${CARGO_TARGET_DIR:-$repo/bench/target}/release/tidemark-bench"
-if [ -n "${BENCH_FILES:-}" ]; then
-    read -r -a files <<< "$BENCH_FILES"
-else
-    files=()
-    for d in .local/bench-data/orders-rows-1000000-* .local/bench-data/wide-rows-*; do
-        [ -d "$d" ] || continue
-        files+=("$(ls "$d"/*.csv | head -1)" "$(ls "$d"/*.jsonl | head -1)")
-    done
-    [ "${#files[@]}" -gt 0 ] || { echo "no dataset: run bench/run.sh (and BENCH_DATASET=wide) first" >&2; exit 1; }
-fi
+. bench/datasets.sh
+bench_files csv jsonl
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 results="$out/results.tsv"

@@ -25,21 +25,8 @@ python="$repo/.local/venv-bench/bin/python"
 [ -x /usr/bin/time ] || { echo "needs GNU time (/usr/bin/time)" >&2; exit 1; }
 cargo build --release --quiet --manifest-path bench/Cargo.toml
 bin="${CARGO_TARGET_DIR:-$repo/bench/target}/release/tidemark-bench"
-if [ -n "${BENCH_FILES:-}" ]; then
-    read -r -a files <<< "$BENCH_FILES"
-else
-    files=()
-    for prefix in orders-rows-1000000 wide-rows; do
-        # The newest dataset of each kind (run.sh keys its cache by the generator's source).
-        d="$(ls -dt .local/bench-data/"$prefix"-* 2>/dev/null | head -1)"
-        [ -n "$d" ] || continue
-        for c in "${cases[@]}"; do
-            f="$(ls "$d"/*."$c" 2>/dev/null | head -1)"
-            [ -n "$f" ] && files+=("$f")
-        done
-    done
-    [ "${#files[@]}" -gt 0 ] || { echo "no dataset: run bench/run.sh (and BENCH_DATASET=wide) first" >&2; exit 1; }
-fi
+. bench/datasets.sh
+bench_files "${cases[@]}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 results="$out/results.tsv"

@@ -4,11 +4,12 @@ bench/harness.py times (interpreter start, imports, read, write).
     python engines.py ENGINE FORMAT COMPRESSION IN OUT SCHEMA_JSON
 
 ENGINE is pyarrow, pyarrow-stream (CSV only), duckdb or polars; FORMAT csv or jsonl;
-COMPRESSION none or gzip; OUT `-`: decode only, into memory, nothing written (for
-bench/split.sh; pyarrow and polars read the whole table, DuckDB materialises it as a
-table, which is more than its COPY does while streaming: an upper bound on its decoding). Every engine gets the explicit schema of SCHEMA_JSON (the
+COMPRESSION none or gzip. Every engine gets the explicit schema of SCHEMA_JSON (the
 format of bench/schema.json: int32, int64, float32, float64, decimal(P,S), string, bool,
-date, timestamp), writes Parquet with zstd level 3 and runs on one thread. Imports are
+date, timestamp), writes Parquet with zstd level 3 and runs on one thread. OUT `-`:
+decode only, into memory, nothing written (for bench/split.sh): pyarrow and polars read
+the whole table, DuckDB materialises it as a table, which is more than its COPY does
+while streaming, so an upper bound on its decoding. Imports are
 inside each function so that each process only pays for its own engine.
 
 NULLs are read as tidemark reads them: in CSV an empty field is NULL, also in a string

@@ -4,7 +4,8 @@
 //!
 //! [`convert`] streams: the input is decompressed, parsed and encoded one batch at a
 //! time, and the Parquet writer closes a row group whenever it reaches
-//! [`ConvertSpec::row_group_rows`] rows or 64 MiB, so memory stays bounded whatever the
+//! [`ConvertSpec::row_group_rows`] rows or 64 MiB, keeping its pages in memory up to 4 MiB
+//! and in a temporary file beyond (see [`spill`]), so memory stays bounded whatever the
 //! object's size. Input is untrusted: malformed bytes end in a [`ConvertError`] that
 //! says where (1-based physical line of the decompressed file, column), never in a
 //! panic; [`ConvertSpec::max_decoded_bytes`] stops decompression bombs, and
@@ -30,6 +31,7 @@ mod orc;
 #[path = "parquet.rs"]
 pub(crate) mod parquet_input;
 pub mod reject;
+mod spill;
 mod stats;
 #[cfg(test)]
 mod testutil;
@@ -44,6 +46,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::basic::{Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
 use parquet::schema::types::ColumnPath;
@@ -58,6 +61,10 @@ pub use stats::{ConvertStats, ParseSumError, SumValue};
 /// [`ConvertSpec::row_group_rows`] (estimated encoded size): the default of
 /// [`ConvertSpec::row_group_bytes`].
 pub const DEFAULT_ROW_GROUP_BYTES: usize = 64 << 20;
+
+/// Default of [`ConvertSpec::page_memory_bytes`]: 4 MiB (BENCHMARKS.md, "Pages in a
+/// temporary file": no CPU cost measured against keeping every page in memory).
+pub const DEFAULT_PAGE_MEMORY_BYTES: usize = 4 << 20;
 
 /// Default of [`ConvertSpec::max_record_bytes`]: 8 MiB.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 8 << 20;
@@ -177,10 +184,12 @@ pub struct ConvertSpec {
     /// Rows per Parquet row group at most (default 1,048,576); a row group is also
     /// closed when its estimated encoded size reaches `row_group_bytes`.
     pub row_group_rows: usize,
-    /// Encoded bytes at which a row group is closed (default [`DEFAULT_ROW_GROUP_BYTES`]):
-    /// the writer holds the row group in progress, so this bounds most of the memory a
-    /// conversion takes.
+    /// Encoded bytes at which a row group is closed (default [`DEFAULT_ROW_GROUP_BYTES`]).
     pub row_group_bytes: usize,
+    /// Bytes of the row group in progress kept in memory (its finished, compressed pages;
+    /// default [`DEFAULT_PAGE_MEMORY_BYTES`]): the rest wait in an anonymous temporary file
+    /// until the row group is written, so memory does not grow with `row_group_bytes`.
+    pub page_memory_bytes: usize,
     /// Decompressed size at which to give up with [`ConvertError::TooLarge`].
     pub max_decoded_bytes: Option<u64>,
     /// Longest record accepted, in decompressed bytes without its line terminator: a
@@ -216,6 +225,7 @@ impl ConvertSpec {
             batch_bytes: 1 << 20,
             row_group_rows: 1_048_576,
             row_group_bytes: DEFAULT_ROW_GROUP_BYTES,
+            page_memory_bytes: DEFAULT_PAGE_MEMORY_BYTES,
             max_decoded_bytes: None,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             empty_strings: EmptyStrings::Null,
@@ -507,10 +517,10 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
                     })?;
                 properties = column_choices(properties, &first, self.spec.row_group_rows);
             }
-            let writer = self.writer.insert(ArrowWriter::try_new(
+            let writer = self.writer.insert(ArrowWriter::try_new_with_options(
                 output,
                 self.spec.schema.clone(),
-                Some(properties.build()),
+                writer_options(self.spec, properties.build()),
             )?);
             for batch in &pending {
                 writer.write(batch)?;
@@ -712,6 +722,14 @@ fn writer_builder(
         .set_statistics_enabled(EnabledStatistics::Page))
 }
 
+/// The options of a writer of `spec`'s output: `properties`, and its finished pages held
+/// in memory up to [`ConvertSpec::page_memory_bytes`] (see [`spill`]).
+fn writer_options(spec: &ConvertSpec, properties: WriterProperties) -> ArrowWriterOptions {
+    ArrowWriterOptions::new()
+        .with_properties(properties)
+        .with_page_store_factory(Arc::new(spill::PageStores::new(spec.page_memory_bytes)))
+}
+
 fn writer_properties(
     spec: &ConvertSpec,
     max_bytes: usize,
@@ -736,15 +754,17 @@ pub fn convert_split<R: Read, W: Write + Send, A: Write + Send>(
     split: &mut Split<'_>,
     aside: Option<A>,
 ) -> Result<ConvertStats, ConvertError> {
-    let properties = |max_bytes| writer_properties(spec, max_bytes);
-    let mut writer = ArrowWriter::try_new(
+    let options = |max_bytes| {
+        Ok::<_, ConvertError>(writer_options(spec, writer_properties(spec, max_bytes)?))
+    };
+    let mut writer = ArrowWriter::try_new_with_options(
         output,
         spec.schema.clone(),
-        Some(properties(spec.row_group_bytes)?),
+        options(spec.row_group_bytes)?,
     )?;
-    let aside_properties = properties(8 << 20)?;
+    let aside_options = options(8 << 20)?;
     let mut aside = aside
-        .map(|a| ArrowWriter::try_new(a, spec.schema.clone(), Some(aside_properties)))
+        .map(|a| ArrowWriter::try_new_with_options(a, spec.schema.clone(), aside_options))
         .transpose()?;
     let mut keep = |batch: RecordBatch| {
         let (kept, set_aside) = split(&batch)?;
@@ -1231,6 +1251,52 @@ mod tests {
         assert!(split.row_groups >= 3, "{} row groups", split.row_groups);
         assert_eq!((split.rows, parquet.rows.len()), (200_000, 200_000));
         assert_eq!(parquet.rows[54_321], [value(54_321)]);
+    }
+
+    #[test]
+    fn pages_past_the_memory_budget_wait_in_a_file_and_give_the_same_bytes() {
+        let mut spec = csv_spec(
+            r#"[{"name":"s","type":"string","nullable":false},{"name":"n","type":"int64"}]"#,
+        );
+        spec.threads = 1; // the spill counter is the encoding thread's
+        spec.row_group_bytes = 1 << 20;
+        let input: String = (0..100_000u64)
+            .map(|i| format!("{:016x},{}\n", i.wrapping_mul(0x9e37_79b9_7f4a_7c15), i % 7))
+            .collect();
+        let input = format!("s,n\n{input}");
+        let mut outputs = Vec::new();
+        for budget in [usize::MAX, 100 << 10, 0] {
+            spec.page_memory_bytes = budget;
+            let before = spill::SPILLED.with(|s| s.get());
+            let mut out = Vec::new();
+            let stats = convert(input.as_bytes(), &spec, &mut out).unwrap();
+            let spilled = spill::SPILLED.with(|s| s.get()) - before;
+            assert!(stats.row_groups >= 2, "{} row groups", stats.row_groups);
+            match budget {
+                usize::MAX => assert_eq!(spilled, 0),
+                // Everything but the budget, of a file of ≈ 2 MB.
+                b => assert!(
+                    spilled + b >= out.len() / 2,
+                    "{spilled} of {} bytes spilled",
+                    out.len()
+                ),
+            }
+            outputs.push(out);
+        }
+        assert!(
+            outputs.windows(2).all(|w| w[0] == w[1]),
+            "the same file whatever the budget"
+        );
+        // And the file reads back whole.
+        let parquet = read_parquet(outputs[2].clone());
+        assert_eq!(parquet.rows.len(), 100_000);
+        assert_eq!(
+            parquet.rows[777],
+            [
+                format!("{:016x}", 777u64.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+                "0".into()
+            ]
+        );
     }
 
     #[test]

@@ -230,6 +230,13 @@ fn convert_file(
             .map_err(|e| format!("BENCH_ROW_GROUP_MIB={mib:?}: {e}"))?
             << 20;
     }
+    // The converter's `page_memory_bytes`, for measuring what spilling pages costs.
+    if let Ok(mib) = std::env::var("BENCH_PAGE_MEMORY_MIB") {
+        spec.page_memory_bytes = mib
+            .parse::<usize>()
+            .map_err(|e| format!("BENCH_PAGE_MEMORY_MIB={mib:?}: {e}"))?
+            << 20;
+    }
     let input = File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;
     let stats = if output == Path::new("-") {
         count(input, &spec)?

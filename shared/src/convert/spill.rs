@@ -26,22 +26,14 @@ use parquet::errors::{ParquetError, Result};
 #[derive(Debug)]
 pub(crate) struct PageStores {
     budget: usize,
-    shared: Arc<Shared>,
+    /// Bytes of pages held in memory by all its stores.
+    resident: Arc<AtomicUsize>,
 }
 
 #[cfg(test)]
 thread_local! {
-    /// Bytes of pages this thread has written to temporary files, for the converter's tests
-    /// (whose writer owns its [`PageStores`]).
+    /// Bytes of pages this thread has written to temporary files, for the tests.
     pub(crate) static SPILLED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
-#[derive(Debug, Default)]
-struct Shared {
-    /// Bytes of pages held in memory by all stores.
-    resident: AtomicUsize,
-    /// Bytes of pages ever written to temporary files.
-    spilled: AtomicUsize,
 }
 
 impl PageStores {
@@ -49,20 +41,14 @@ impl PageStores {
     pub(crate) fn new(budget: usize) -> Self {
         Self {
             budget,
-            shared: Arc::default(),
+            resident: Arc::default(),
         }
-    }
-
-    /// Bytes of pages written to temporary files so far.
-    #[cfg(test)]
-    pub(crate) fn spilled(&self) -> usize {
-        self.shared.spilled.load(Ordering::Relaxed)
     }
 
     fn store(&self) -> Store {
         Store {
             budget: self.budget,
-            shared: self.shared.clone(),
+            shared: self.resident.clone(),
             blobs: Vec::new(),
             resident: 0,
             file: None,
@@ -80,7 +66,8 @@ impl PageStoreFactory for PageStores {
 /// One column chunk's pages: in memory while the shared budget allows, else in its file.
 struct Store {
     budget: usize,
-    shared: Arc<Shared>,
+    /// [`PageStores::resident`].
+    shared: Arc<AtomicUsize>,
     blobs: Vec<Blob>,
     /// Bytes of `blobs` in memory, returned to the budget when taken or dropped.
     resident: usize,
@@ -104,9 +91,8 @@ impl Store {
     /// Counts `len` bytes against the budget if they fit.
     fn reserve(&self, len: usize) -> bool {
         self.shared
-            .resident
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |resident| {
-                (resident + len <= self.budget).then_some(resident + len)
+                resident.checked_add(len).filter(|&r| r <= self.budget)
             })
             .is_ok()
     }
@@ -133,7 +119,6 @@ impl PageStore for Store {
             self.blobs.push(Blob::Memory(value));
         } else {
             let offset = self.write(&value).map_err(spill_error)?;
-            self.shared.spilled.fetch_add(len, Ordering::Relaxed);
             #[cfg(test)]
             SPILLED.with(|spilled| spilled.set(spilled.get() + len));
             self.blobs.push(Blob::File { offset, len });
@@ -149,9 +134,7 @@ impl PageStore for Store {
         match std::mem::replace(slot, Blob::Taken) {
             Blob::Memory(value) => {
                 self.resident -= value.len();
-                self.shared
-                    .resident
-                    .fetch_sub(value.len(), Ordering::Relaxed);
+                self.shared.fetch_sub(value.len(), Ordering::Relaxed);
                 Ok(value)
             }
             Blob::File { offset, len } => {
@@ -178,9 +161,7 @@ impl PageStore for Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        self.shared
-            .resident
-            .fetch_sub(self.resident, Ordering::Relaxed);
+        self.shared.fetch_sub(self.resident, Ordering::Relaxed);
     }
 }
 
@@ -190,6 +171,8 @@ mod tests {
 
     #[test]
     fn pages_past_the_budget_wait_in_a_file_and_come_back_whole() {
+        let spilled = || SPILLED.with(|s| s.get());
+        let before = spilled();
         let stores = PageStores::new(10);
         let (mut a, mut b) = (stores.store(), stores.store());
         let pages: Vec<Bytes> = (0..6u8).map(|i| Bytes::from(vec![i; 4])).collect();
@@ -202,7 +185,7 @@ mod tests {
             })
             .collect();
         // Two pages of 4 bytes fit the budget of 10 between both stores; four do not.
-        assert_eq!(stores.spilled(), 16);
+        assert_eq!(spilled() - before, 16);
         assert_eq!(a.memory_size() + b.memory_size(), 8);
         for (i, key) in keys.iter().enumerate().rev() {
             let s = if i % 2 == 0 { &mut a } else { &mut b };
@@ -213,12 +196,12 @@ mod tests {
         // What the stores gave back is free for the next ones.
         let mut c = stores.store();
         c.put(Bytes::from(vec![9; 10])).unwrap();
-        assert_eq!((c.memory_size(), stores.spilled()), (10, 16));
+        assert_eq!((c.memory_size(), spilled() - before), (10, 16));
         drop(c);
         let mut d = stores.store();
         d.put(Bytes::from(vec![9; 10])).unwrap();
         assert_eq!(
-            (d.memory_size(), stores.spilled()),
+            (d.memory_size(), spilled() - before),
             (10, 16),
             "a dropped store's pages are freed"
         );

@@ -6,7 +6,7 @@
 #
 #   bench/settings.sh                                   # row_group_mib 64,32,16,8; 3 rounds
 #   BENCH_SETTING=zstd_level BENCH_VALUES=3,1 BENCH_RUNS=5 bench/settings.sh
-#   BENCH_SETTING=page_memory_mib BENCH_VALUES=1024,8,0 bench/settings.sh
+#   BENCH_SETTING=page_memory_mib bench/settings.sh        # 1024 (all in memory),4,0
 #   BENCH_FILES="DIR/a.csv DIR/b.jsonl" bench/settings.sh   (schema: DIR/schema.json)
 #
 # Every run is `tidemark-bench convert` on one pinned CPU (taskset -c 1, one thread) under
@@ -21,7 +21,7 @@ setting="${BENCH_SETTING:-row_group_mib}"
 case "$setting" in
     row_group_mib) knob=BENCH_ROW_GROUP_MIB; default_values=64,32,16,8 ;;
     zstd_level) knob=BENCH_ZSTD_LEVEL; default_values=3,1 ;;
-    page_memory_mib) knob=BENCH_PAGE_MEMORY_MIB; default_values=1024,8,0 ;;
+    page_memory_mib) knob=BENCH_PAGE_MEMORY_MIB; default_values=1024,4,0 ;;
     *) echo "BENCH_SETTING must be row_group_mib, zstd_level or page_memory_mib" >&2; exit 1 ;;
 esac
 IFS=, read -r -a values <<< "${BENCH_VALUES:-$default_values}"

@@ -1260,8 +1260,9 @@ mod tests {
         );
         spec.threads = 1; // the spill counter is the encoding thread's
         spec.row_group_bytes = 1 << 20;
+        let value = |i: u64| format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let input: String = (0..100_000u64)
-            .map(|i| format!("{:016x},{}\n", i.wrapping_mul(0x9e37_79b9_7f4a_7c15), i % 7))
+            .map(|i| format!("{},{}\n", value(i), i % 7))
             .collect();
         let input = format!("s,n\n{input}");
         let mut outputs = Vec::new();
@@ -1290,13 +1291,7 @@ mod tests {
         // And the file reads back whole.
         let parquet = read_parquet(outputs[2].clone());
         assert_eq!(parquet.rows.len(), 100_000);
-        assert_eq!(
-            parquet.rows[777],
-            [
-                format!("{:016x}", 777u64.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-                "0".into()
-            ]
-        );
+        assert_eq!(parquet.rows[777], [value(777), "0".into()]);
     }
 
     #[test]

@@ -293,6 +293,13 @@ pub struct OutputDoc {
     /// configuration's fingerprint (it changes no value).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zstd_level: Option<i32>,
+    /// Memory in KiB a column's dictionary may take while the writer builds it (0–65536;
+    /// default 1024, a core's L2 cache): a column whose first rows predict more is written
+    /// without a dictionary, which costs less CPU and some size (BENCHMARKS.md,
+    /// "Dictionaries that fit the cache"); 0 turns dictionaries off, larger values favour
+    /// size. Not part of the configuration's fingerprint (it changes no value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dictionary_kib: Option<u32>,
 }
 
 /// A source's outputs published as a table (`output.table`).
@@ -806,6 +813,11 @@ impl Source {
                 1..=1024,
             ),
             ("zstd_level", doc.output.zstd_level.map(i64::from), 1..=22),
+            (
+                "dictionary_kib",
+                doc.output.dictionary_kib.map(i64::from),
+                0..=65536,
+            ),
         ];
         for (name, value, range) in writer_settings {
             if value.is_some_and(|v| !range.contains(&v)) {
@@ -922,6 +934,9 @@ impl Source {
         }
         if let Some(level) = self.doc.output.zstd_level {
             spec.zstd_level = level;
+        }
+        if let Some(kib) = self.doc.output.dictionary_kib {
+            spec.dictionary_bytes = (kib as usize) << 10;
         }
         spec.compression = compression;
         spec.sum_columns = self.doc.sum_columns.clone();
@@ -1056,6 +1071,7 @@ fn fingerprint(doc: &SourceDoc) -> String {
     if let Some(o) = output.as_object_mut() {
         o.remove("row_group_mib");
         o.remove("zstd_level");
+        o.remove("dictionary_kib");
         if let Some(t) = o.get_mut("table").and_then(|t| t.as_object_mut()) {
             t.remove("merge_keys");
             t.remove("merge_order");
@@ -1190,7 +1206,7 @@ mod tests {
     }
 
     #[test]
-    fn the_row_group_size_and_zstd_level_are_not_part_of_the_fingerprint() {
+    fn the_writer_settings_are_not_part_of_the_fingerprint() {
         let with = |extra: &str| {
             Config::from_json(&doc("").replace(
                 r#""prefix":"orders/"}"#,
@@ -1224,6 +1240,25 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("output.zstd_level"), "{err}");
+        }
+        // And the dictionary's memory.
+        assert_eq!(
+            plain.sources[0].convert_spec("a.csv").dictionary_bytes,
+            1 << 20
+        );
+        let none = with(r#","dictionary_kib":0"#).unwrap();
+        assert_eq!(none.sources[0].convert_spec("a.csv").dictionary_bytes, 0);
+        let large = with(r#","dictionary_kib":4096"#).unwrap();
+        assert_eq!(
+            large.sources[0].convert_spec("a.csv").dictionary_bytes,
+            4 << 20
+        );
+        assert_eq!(plain.sources[0].fingerprint, large.sources[0].fingerprint);
+        for bad in ["65537", "-1"] {
+            let err = with(&format!(r#","dictionary_kib":{bad}"#))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("output.dictionary_kib"), "{err}");
         }
     }
 

@@ -66,6 +66,10 @@ pub const DEFAULT_ROW_GROUP_BYTES: usize = 64 << 20;
 /// temporary file": no CPU cost measured against keeping every page in memory).
 pub const DEFAULT_PAGE_MEMORY_BYTES: usize = 4 << 20;
 
+/// Default of [`ConvertSpec::dictionary_bytes`]: 1 MiB, a core's L2 cache on Lambda's
+/// x86 and Graviton2 hosts (BENCHMARKS.md, "Dictionaries that fit the cache").
+pub const DEFAULT_DICTIONARY_BYTES: usize = 1 << 20;
+
 /// Default of [`ConvertSpec::max_record_bytes`]: 8 MiB.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 8 << 20;
 
@@ -190,6 +194,12 @@ pub struct ConvertSpec {
     /// default [`DEFAULT_PAGE_MEMORY_BYTES`]): the rest wait in an anonymous temporary file
     /// until the row group is written, so memory does not grow with `row_group_bytes`.
     pub page_memory_bytes: usize,
+    /// Memory a column's dictionary may take while the writer builds it (its values,
+    /// their offsets and hash slots, as predicted from the first rows; default
+    /// [`DEFAULT_DICTIONARY_BYTES`]): a column predicted past it is written without a
+    /// dictionary. Every value of a dictionary column is looked up in it, and once it
+    /// outgrows the CPU's cache each lookup waits on memory; see [`column_choices`].
+    pub dictionary_bytes: usize,
     /// Decompressed size at which to give up with [`ConvertError::TooLarge`].
     pub max_decoded_bytes: Option<u64>,
     /// Longest record accepted, in decompressed bytes without its line terminator: a
@@ -226,6 +236,7 @@ impl ConvertSpec {
             row_group_rows: 1_048_576,
             row_group_bytes: DEFAULT_ROW_GROUP_BYTES,
             page_memory_bytes: DEFAULT_PAGE_MEMORY_BYTES,
+            dictionary_bytes: DEFAULT_DICTIONARY_BYTES,
             max_decoded_bytes: None,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             empty_strings: EmptyStrings::Null,
@@ -515,7 +526,7 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
                     .map_err(|e| ConvertError::Encode {
                         message: e.to_string(),
                     })?;
-                properties = column_choices(properties, &first, self.spec.row_group_rows);
+                properties = column_choices(properties, &first, self.spec);
             }
             let writer = self.writer.insert(ArrowWriter::try_new_with_options(
                 output,
@@ -566,17 +577,21 @@ const CHOICE_MIN_ROWS: usize = 1_000;
 const DICTIONARY_LIMIT: f64 = (1 << 20) as f64;
 
 /// `properties` with each column's encoding chosen from `batch`, the first rows of the
-/// file. A dictionary is turned off where the first values predict it would pass its page
-/// limit within the first half of a row group — a dictionary that fills up costs the time
-/// to build it and then falls back to plain encoding anyway (ids, times, free text) —
-/// and left on where values repeat enough (codes, categories, product ids). For an
+/// file. A dictionary is turned off where the first values predict that within the first
+/// half of a row group it would pass its page limit — a dictionary that fills up costs the
+/// time to build it and then falls back to plain encoding anyway (ids, times, free text) —
+/// or take more than `spec.dictionary_bytes` of memory while it is built: the writer
+/// looks every value up in its dictionary, and a dictionary larger than the CPU's cache
+/// makes each lookup wait on memory (50,000 product codes cost more than the rest of the
+/// column's encoding; BENCHMARKS.md, "Dictionaries that fit the cache"). It is left on
+/// where values repeat within that bound (codes, categories, countries). For an
 /// integer, date or timestamp column without a dictionary, `DELTA_BINARY_PACKED` is chosen
 /// when the differences between neighbours take at most half the bits of the values (ids
 /// counting up, times in order, small numbers), which gives zstd far fewer bytes.
 fn column_choices(
     mut properties: WriterPropertiesBuilder,
     batch: &RecordBatch,
-    row_group_rows: usize,
+    spec: &ConvertSpec,
 ) -> WriterPropertiesBuilder {
     if batch.num_rows() < CHOICE_MIN_ROWS {
         return properties;
@@ -585,8 +600,11 @@ fn column_choices(
         let Some(profile) = profile(column.as_ref()) else {
             continue;
         };
-        let expected = expected_distinct(profile.count, profile.distinct, row_group_rows / 2);
-        if expected * profile.value_bytes <= DICTIONARY_LIMIT {
+        let expected = expected_distinct(profile.count, profile.distinct, spec.row_group_rows / 2);
+        let building = expected * (profile.value_bytes + profile.entry_overhead);
+        if expected * profile.value_bytes <= DICTIONARY_LIMIT
+            && building <= spec.dictionary_bytes as f64
+        {
             continue;
         }
         let path = ColumnPath::from(field.name().as_str());
@@ -629,6 +647,10 @@ struct Profile {
     distinct: usize,
     /// Bytes a distinct value takes in a dictionary page, on average.
     value_bytes: f64,
+    /// Bytes the writer keeps for each distinct value beside the value itself while it
+    /// builds the dictionary: a hash slot (≈ 16 bytes: 9 per slot, the table between
+    /// half and seven eighths full), and for strings their offsets in the page (16).
+    entry_overhead: f64,
     /// For integer-like columns: bits of the spread of neighbours' differences, and bits
     /// of the type.
     delta_bits: Option<(u32, u32)>,
@@ -644,10 +666,16 @@ fn profile(column: &dyn arrow_array::Array) -> Option<Profile> {
     /// The difference of two integers, and the bits of their type.
     type Delta<'a, T> = (&'a dyn Fn(T, T) -> i128, u32);
 
-    /// The profile of `values`, each taking `size(value)` bytes in a dictionary page.
+    /// A dictionary entry's hash slot, and a string's offsets (see [`Profile`]).
+    const SLOT: f64 = 16.0;
+    const OFFSETS: f64 = 16.0;
+
+    /// The profile of `values`, each taking `size(value)` bytes in a dictionary page and
+    /// `entry_overhead` more while the dictionary is built.
     fn of<T: std::hash::Hash + Eq + Copy>(
         values: impl Iterator<Item = T>,
         size: impl Fn(T) -> usize,
+        entry_overhead: f64,
         delta: Option<Delta<'_, T>>,
     ) -> Option<Profile> {
         let mut seen = HashSet::new();
@@ -672,6 +700,7 @@ fn profile(column: &dyn arrow_array::Array) -> Option<Profile> {
             count,
             distinct: seen.len(),
             value_bytes: bytes as f64 / seen.len() as f64,
+            entry_overhead,
             delta_bits: delta.map(|(_, bits)| (u128::BITS - spread.leading_zeros(), bits)),
         })
     }
@@ -679,19 +708,24 @@ fn profile(column: &dyn arrow_array::Array) -> Option<Profile> {
     let narrow = |a: i32, b: i32| i128::from(a) - i128::from(b);
     if let Some(a) = column.as_string_opt::<i32>() {
         // A string in a dictionary page: its bytes after a 4-byte length.
-        of(a.iter().flatten(), |s: &str| s.len() + 4, None)
+        of(
+            a.iter().flatten(),
+            |s: &str| s.len() + 4,
+            SLOT + OFFSETS,
+            None,
+        )
     } else if let Some(a) = column.as_primitive_opt::<Int64Type>() {
-        of(a.iter().flatten(), |_| 8, Some((&wide, 64)))
+        of(a.iter().flatten(), |_| 8, SLOT, Some((&wide, 64)))
     } else if let Some(a) = column.as_primitive_opt::<TimestampMicrosecondType>() {
-        of(a.iter().flatten(), |_| 8, Some((&wide, 64)))
+        of(a.iter().flatten(), |_| 8, SLOT, Some((&wide, 64)))
     } else if let Some(a) = column.as_primitive_opt::<Int32Type>() {
-        of(a.iter().flatten(), |_| 4, Some((&narrow, 32)))
+        of(a.iter().flatten(), |_| 4, SLOT, Some((&narrow, 32)))
     } else if let Some(a) = column.as_primitive_opt::<Date32Type>() {
-        of(a.iter().flatten(), |_| 4, Some((&narrow, 32)))
+        of(a.iter().flatten(), |_| 4, SLOT, Some((&narrow, 32)))
     } else if let Some(a) = column.as_primitive_opt::<Float64Type>() {
-        of(a.iter().flatten().map(f64::to_bits), |_| 8, None)
+        of(a.iter().flatten().map(f64::to_bits), |_| 8, SLOT, None)
     } else if let Some(a) = column.as_primitive_opt::<Decimal128Type>() {
-        of(a.iter().flatten(), |_| 16, None)
+        of(a.iter().flatten(), |_| 16, SLOT, None)
     } else {
         None
     }
@@ -1404,6 +1438,54 @@ mod tests {
             assert!(matches!(err, ConvertError::Encode { .. }), "{err:?}");
             assert!(err.to_string().contains("disk full"), "{err}");
         }
+    }
+
+    #[test]
+    fn dictionaries_that_would_outgrow_their_memory_are_left_off() {
+        use parquet::basic::Encoding;
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+
+        // 2,000 product codes (14 bytes each in a dictionary page) and their 2,000 numbers,
+        // and 4 statuses, over 20,000 rows: built, the codes' dictionary takes ≈ 2,000 ×
+        // (14 + 32) = 92 KB and the numbers' ≈ 2,000 × (8 + 16) = 48 KB.
+        let mut csv = String::from("sku,product,status\n");
+        for i in 0..20_000 {
+            let p = i * 7_919 % 2_000;
+            csv += &format!(
+                "SKU-{p:06},{p},{}\n",
+                ["new", "paid", "sent", "done"][i % 4]
+            );
+        }
+        let columns = r#"[{"name":"sku","type":"string"},{"name":"product","type":"int64"},{"name":"status","type":"string"}]"#;
+        let dictionaries = |kib: usize| {
+            let mut spec = csv_spec(columns);
+            spec.dictionary_bytes = kib << 10;
+            let mut out = Vec::new();
+            convert(csv.as_bytes(), &spec, &mut out).unwrap();
+            let file = SerializedFileReader::new(bytes::Bytes::from(out)).unwrap();
+            let group = file.metadata().row_group(0);
+            assert_eq!(group.num_rows(), 20_000);
+            (0..3)
+                .map(|c| {
+                    group
+                        .column(c)
+                        .encodings()
+                        .any(|e| e == Encoding::RLE_DICTIONARY)
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            dictionaries(1024),
+            [true, true, true],
+            "the default: all fit"
+        );
+        assert_eq!(
+            dictionaries(64),
+            [false, true, true],
+            "the codes' would not"
+        );
+        assert_eq!(dictionaries(32), [false, false, true], "nor the numbers'");
+        assert_eq!(dictionaries(0), [false, false, false], "none");
     }
 
     /// `rows` lines of an id (distinct), a status (4 values) and a note (distinct text).

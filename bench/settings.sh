@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # A source's output settings against the converter's peak RSS, CPU time and output size, on
 # the generated datasets bench/run.sh caches: `row_group_mib` (the Parquet row-group size),
-# `zstd_level`, or the converter's `page_memory_mib` (pages of the row group in progress kept
-# in memory; the rest wait in a temporary file).
+# `zstd_level`, `dictionary_kib` (the memory a column's dictionary may take while it is built),
+# or the converter's `page_memory_mib` (pages of the row group in progress kept in memory; the
+# rest wait in a temporary file).
 #
 #   bench/settings.sh                                   # row_group_mib 64,32,16,8; 3 rounds
 #   BENCH_SETTING=zstd_level BENCH_VALUES=3,1 BENCH_RUNS=5 bench/settings.sh
 #   BENCH_SETTING=page_memory_mib bench/settings.sh        # 1024 (all in memory),4,0
+#   BENCH_SETTING=dictionary_kib bench/settings.sh         # 65536,1024,0
 #   BENCH_FILES="DIR/a.csv DIR/b.jsonl" bench/settings.sh   (schema: DIR/schema.json)
 #
 # Every run is `tidemark-bench convert` on one pinned CPU (taskset -c 1, one thread) under
@@ -22,7 +24,9 @@ case "$setting" in
     row_group_mib) knob=BENCH_ROW_GROUP_MIB; default_values=64,32,16,8 ;;
     zstd_level) knob=BENCH_ZSTD_LEVEL; default_values=3,1 ;;
     page_memory_mib) knob=BENCH_PAGE_MEMORY_MIB; default_values=1024,4,0 ;;
-    *) echo "BENCH_SETTING must be row_group_mib, zstd_level or page_memory_mib" >&2; exit 1 ;;
+    dictionary_kib) knob=BENCH_DICTIONARY_KIB; default_values=65536,1024,0 ;;
+    *) echo "BENCH_SETTING must be row_group_mib, zstd_level, dictionary_kib or page_memory_mib" >&2
+       exit 1 ;;
 esac
 IFS=, read -r -a values <<< "${BENCH_VALUES:-$default_values}"
 cargo build --release --quiet --manifest-path bench/Cargo.toml

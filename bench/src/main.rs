@@ -237,6 +237,13 @@ fn convert_file(
             .map_err(|e| format!("BENCH_PAGE_MEMORY_MIB={mib:?}: {e}"))?
             << 20;
     }
+    // A source's `output.dictionary_kib`, for measuring dictionaries against their memory.
+    if let Ok(kib) = std::env::var("BENCH_DICTIONARY_KIB") {
+        spec.dictionary_bytes = kib
+            .parse::<usize>()
+            .map_err(|e| format!("BENCH_DICTIONARY_KIB={kib:?}: {e}"))?
+            << 10;
+    }
     let input = File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;
     let stats = if output == Path::new("-") {
         count(input, &spec)?

@@ -142,25 +142,30 @@ impl<R: BufRead> JsonBatches<R> {
             if self.buf.last() != Some(&b'\n') {
                 self.buf.push(b'\n');
             }
-            if let Some(spelled) = spell_out_surrogate_pairs(&self.buf[start..]) {
-                self.buf.truncate(start);
-                self.buf.extend_from_slice(&spelled);
-            }
             let Ok(text) = simdutf8::basic::from_utf8(&self.buf[start..]) else {
                 let error = ConvertError::parse(Some(self.line), None, "invalid UTF-8");
                 self.set_aside(start, error)?;
                 continue;
             };
-            if self.fast {
-                if let Some(flat) = &mut self.flat
-                    && flat.push(text).is_ok()
-                {
-                    self.rows.push((self.line, start..self.buf.len()));
-                    continue;
+            // The fast path reads surrogate pairs as written; arrow-json needs them spelled
+            // out (see `spell_out_surrogate_pairs`). The fast path reports a line that has
+            // one, so that only lines arrow-json reads, or may read again, are searched.
+            if self.fast
+                && let Some(flat) = &mut self.flat
+                && let Ok(misread_pair) = flat.push(text)
+            {
+                if misread_pair {
+                    self.spell_out(start);
                 }
+                self.rows.push((self.line, start..self.buf.len()));
+                continue;
+            }
+            self.spell_out(start);
+            if self.fast {
                 // A line that fails on its own closes the batch before it, as below,
                 // whose other lines the fast path has all read: the batch stays on it.
-                if let Some(error) = line_error(&self.decode_schema, self.line, text.as_bytes()) {
+                if let Some(error) = line_error(&self.decode_schema, self.line, &self.buf[start..])
+                {
                     if let Some(flat) = &mut self.flat {
                         flat.rollback();
                     }
@@ -229,6 +234,14 @@ impl<R: BufRead> JsonBatches<R> {
             self.decline()?;
         }
         Ok(batch)
+    }
+
+    /// The line at `start` of `buf` (its end) with its surrogate pairs spelled out.
+    fn spell_out(&mut self, start: usize) {
+        if let Some(spelled) = spell_out_surrogate_pairs(&self.buf[start..]) {
+            self.buf.truncate(start);
+            self.buf.extend_from_slice(&spelled);
+        }
     }
 
     /// Sets the line at `start` of `buf` (its end) aside for `error`, or fails with it.
@@ -1119,6 +1132,11 @@ mod tests {
             super::spell_out_surrogate_pairs(br#"{"a":"\n\u0041"}"#),
             None
         );
+        // The fast path reads a pair as written; when a later line of the batch sends the
+        // batch to arrow-json (a trailing comma: arrow-json accepts it, the fast path
+        // declines), the pair's line is read again, spelled out.
+        let declined = "{\"s\":\"\\uD840\\uDC00\"}\n{\"s\":\"b\",}\n";
+        assert_eq!(run(declined, &spec).1.rows, text_rows(&["\u{20000}", "b"]));
     }
 
     #[test]

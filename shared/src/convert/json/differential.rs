@@ -422,7 +422,10 @@ fn arrow_batch(schema: &SchemaRef, lines: &[String]) -> Option<RecordBatch> {
     let mut decoder = decoder(schema, lines.len().max(1)).ok()?;
     for line in lines {
         let before = decoder.len();
-        let taken = decoder.decode(line.as_bytes()).ok()?;
+        // As the converter gives it lines: surrogate pairs spelled out.
+        let spelled = super::spell_out_surrogate_pairs(line.as_bytes());
+        let line = spelled.as_deref().unwrap_or(line.as_bytes());
+        let taken = decoder.decode(line).ok()?;
         let whole = taken == line.len() && !decoder.has_partial_record();
         if !whole || decoder.len() != before + 1 {
             return None;

@@ -12,11 +12,13 @@
 //! What it accepts, arrow-json's tape accepts too: strict JSON where the tape is lenient
 //! (a missing or extra comma is declined), tokens cut where the tape cuts them (a number
 //! is the longest run of `0-9+-.eE`, as arrow-json hands it to the column decoders), and
-//! escapes decoded as the tape decodes them. Values are converted by the same functions
-//! as the strict decoders ([`value`], arrow-cast's parsers). Declined: a value of a JSON
-//! type other than the column decoder reads, a column's key given twice, a value that
-//! fails to convert, a float too large for its type, a surrogate pair that arrow-json
-//! decodes wrongly, nesting deeper than [`MAX_DEPTH`], anything after the object.
+//! escapes decoded as the tape decodes them — except surrogate pairs, read as the
+//! characters they stand for, which is what arrow-json reads once the converter has
+//! spelled them out (a line where that matters is reported by [`FlatDecoder::push`]).
+//! Values are converted by the same functions as the strict decoders ([`value`],
+//! arrow-cast's parsers). Declined: a value of a JSON type other than the column decoder
+//! reads, a column's key given twice, a value that fails to convert, a float too large for
+//! its type, nesting deeper than [`MAX_DEPTH`], anything after the object.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -109,8 +111,11 @@ impl FlatDecoder {
 
     /// Reads `line` (one line of text, its newline included or not) as one more row, or
     /// declines it; after declining, the decoder holds part of a row until
-    /// [`Self::rollback`] or [`Self::clear`].
-    pub(super) fn push(&mut self, line: &str) -> Read {
+    /// [`Self::rollback`] or [`Self::clear`]. Returns whether the line has an escaped
+    /// surrogate pair that arrow-json would read as another character (see
+    /// [`misread_by_arrow_json`]), so that the caller can spell it out before arrow-json
+    /// ever reads the line again.
+    pub(super) fn push(&mut self, line: &str) -> Read<bool> {
         self.dirty = true;
         self.generation += 1;
         let mut cur = Cursor::new(line);
@@ -159,7 +164,7 @@ impl FlatDecoder {
         }
         self.rows += 1;
         self.dirty = false;
-        Ok(())
+        Ok(cur.misread_pair)
     }
 
     /// The rows read since the last call as a batch, and the decoder ready for the next;
@@ -305,11 +310,18 @@ fn skip_value(cur: &mut Cursor<'_>, scratch: &mut String, depth: usize) -> Read 
 struct Cursor<'a> {
     text: &'a str,
     at: usize,
+    /// Whether a string read so far had a surrogate pair that arrow-json misreads (see
+    /// [`misread_by_arrow_json`]).
+    misread_pair: bool,
 }
 
 impl<'a> Cursor<'a> {
     fn new(text: &'a str) -> Self {
-        Self { text, at: 0 }
+        Self {
+            text,
+            at: 0,
+            misread_pair: false,
+        }
     }
 
     fn rest(&self) -> &'a [u8] {
@@ -398,6 +410,7 @@ impl<'a> Cursor<'a> {
                 return Ok(scratch.as_str());
             }
             let (c, len) = escape(bytes.get(end + 1..).unwrap_or_default())?;
+            self.misread_pair |= len == PAIR_LEN && misread_by_arrow_json(c);
             scratch.push(c);
             at = end + 1 + len;
         }
@@ -435,15 +448,21 @@ fn unicode_escape(escaped: &[u8]) -> Read<(char, usize)> {
     if !(0xD800..=0xDBFF).contains(&high) || !(0xDC00..=0xDFFF).contains(&low) {
         return Err(Declined);
     }
-    // Lines arrive with their pairs spelled out (see `spell_out_surrogate_pairs` in
-    // json.rs), since arrow-json joins the halves with `|` where UTF-16 adds; this stays as
-    // a guard: where the two differ, decline.
-    let added = 0x1_0000 + ((high - 0xD800) << 10) + (low - 0xDC00);
-    let joined = ((high - 0xD800) << 10) | (low - 0xDC00 + 0x1_0000);
-    if added != joined {
-        return Err(Declined);
-    }
-    Ok((char::from_u32(added).ok_or(Declined)?, 11))
+    let c = 0x1_0000 + ((high - 0xD800) << 10) + (low - 0xDC00);
+    Ok((char::from_u32(c).ok_or(Declined)?, PAIR_LEN))
+}
+
+/// The length of an escaped surrogate pair after its first backslash (`uD840\uDC00`).
+const PAIR_LEN: usize = 11;
+
+/// Whether arrow-json reads the escaped surrogate pair of `c` as another character: it
+/// joins the halves with `|` where UTF-16 adds them, which differs when their bits overlap
+/// (U+20000 reads as U+10000). Such lines are spelled out before arrow-json sees them
+/// (`spell_out_surrogate_pairs` in json.rs); this decoder reads every pair as written.
+fn misread_by_arrow_json(c: char) -> bool {
+    let offset = u32::from(c) - 0x1_0000;
+    let joined = (offset >> 10) << 10 | ((offset & 0x3FF) + 0x1_0000);
+    joined != u32::from(c)
 }
 
 fn hex4(digits: Option<&[u8]>) -> Read<u32> {

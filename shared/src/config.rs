@@ -1214,52 +1214,46 @@ mod tests {
             ))
         };
         let plain = with("").unwrap();
-        assert_eq!(
-            plain.sources[0].convert_spec("a.csv").row_group_bytes,
-            64 << 20
-        );
-        let small = with(r#","row_group_mib":8"#).unwrap();
-        assert_eq!(
-            small.sources[0].convert_spec("a.csv").row_group_bytes,
-            8 << 20
-        );
-        assert_eq!(plain.sources[0].fingerprint, small.sources[0].fingerprint);
-        for bad in ["0", "1025"] {
-            let err = with(&format!(r#","row_group_mib":{bad}"#))
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains("output.row_group_mib"), "{err}");
+        let spec = |c: &Config| c.sources[0].convert_spec("a.csv");
+        type Get = fn(&crate::convert::ConvertSpec) -> i64;
+        // Each setting: the converter's default, a value and what the converter gets, and
+        // values refused.
+        let settings: [(&str, i64, &str, i64, &[&str], Get); 3] = [
+            (
+                "row_group_mib",
+                64 << 20,
+                "8",
+                8 << 20,
+                &["0", "1025"],
+                |s| s.row_group_bytes as i64,
+            ),
+            ("zstd_level", 3, "1", 1, &["0", "23", "-1"], |s| {
+                i64::from(s.zstd_level)
+            }),
+            (
+                "dictionary_kib",
+                1 << 20,
+                "4096",
+                4 << 20,
+                &["65537", "-1"],
+                |s| s.dictionary_bytes as i64,
+            ),
+        ];
+        for (name, default, value, expected, refused, get) in settings {
+            assert_eq!(get(&spec(&plain)), default, "{name}");
+            let set = with(&format!(r#","{name}":{value}"#)).unwrap();
+            assert_eq!(get(&spec(&set)), expected, "{name}");
+            assert_eq!(plain.sources[0].fingerprint, set.sources[0].fingerprint);
+            for bad in refused {
+                let err = with(&format!(r#","{name}":{bad}"#))
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains(&format!("output.{name}")), "{err}");
+            }
         }
-        // The zstd level likewise.
-        assert_eq!(plain.sources[0].convert_spec("a.csv").zstd_level, 3);
-        let fast = with(r#","zstd_level":1"#).unwrap();
-        assert_eq!(fast.sources[0].convert_spec("a.csv").zstd_level, 1);
-        assert_eq!(plain.sources[0].fingerprint, fast.sources[0].fingerprint);
-        for bad in ["0", "23", "-1"] {
-            let err = with(&format!(r#","zstd_level":{bad}"#))
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains("output.zstd_level"), "{err}");
-        }
-        // And the dictionary's memory.
-        assert_eq!(
-            plain.sources[0].convert_spec("a.csv").dictionary_bytes,
-            1 << 20
-        );
+        // 0 turns dictionaries off.
         let none = with(r#","dictionary_kib":0"#).unwrap();
-        assert_eq!(none.sources[0].convert_spec("a.csv").dictionary_bytes, 0);
-        let large = with(r#","dictionary_kib":4096"#).unwrap();
-        assert_eq!(
-            large.sources[0].convert_spec("a.csv").dictionary_bytes,
-            4 << 20
-        );
-        assert_eq!(plain.sources[0].fingerprint, large.sources[0].fingerprint);
-        for bad in ["65537", "-1"] {
-            let err = with(&format!(r#","dictionary_kib":{bad}"#))
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains("output.dictionary_kib"), "{err}");
-        }
+        assert_eq!(spec(&none).dictionary_bytes, 0);
     }
 
     #[test]

@@ -66,8 +66,9 @@ pub const DEFAULT_ROW_GROUP_BYTES: usize = 64 << 20;
 /// temporary file": no CPU cost measured against keeping every page in memory).
 pub const DEFAULT_PAGE_MEMORY_BYTES: usize = 4 << 20;
 
-/// Default of [`ConvertSpec::dictionary_bytes`]: 1 MiB, a core's L2 cache on Lambda's
-/// x86 and Graviton2 hosts (BENCHMARKS.md, "Dictionaries that fit the cache").
+/// Default of [`ConvertSpec::dictionary_bytes`]: 1 MiB, the L2 cache of one core of a
+/// Graviton2 (Lambda's arm64) and of the AMD EPYC the benchmarks ran on (BENCHMARKS.md,
+/// "Dictionaries that fit the cache").
 pub const DEFAULT_DICTIONARY_BYTES: usize = 1 << 20;
 
 /// Default of [`ConvertSpec::max_record_bytes`]: 8 MiB.
@@ -582,8 +583,8 @@ const DICTIONARY_LIMIT: f64 = (1 << 20) as f64;
 /// time to build it and then falls back to plain encoding anyway (ids, times, free text) —
 /// or take more than `spec.dictionary_bytes` of memory while it is built: the writer
 /// looks every value up in its dictionary, and a dictionary larger than the CPU's cache
-/// makes each lookup wait on memory (50,000 product codes cost more than the rest of the
-/// column's encoding; BENCHMARKS.md, "Dictionaries that fit the cache"). It is left on
+/// makes each lookup wait on memory (50,000 product codes: 15% of a file's CPU;
+/// BENCHMARKS.md, "Dictionaries that fit the cache"). It is left on
 /// where values repeat within that bound (codes, categories, countries). For an
 /// integer, date or timestamp column without a dictionary, `DELTA_BINARY_PACKED` is chosen
 /// when the differences between neighbours take at most half the bits of the values (ids

@@ -1215,10 +1215,17 @@ mod tests {
         };
         let plain = with("").unwrap();
         let spec = |c: &Config| c.sources[0].convert_spec("a.csv");
-        type Get = fn(&crate::convert::ConvertSpec) -> i64;
-        // Each setting: the converter's default, a value and what the converter gets, and
-        // values refused.
-        let settings: [(&str, i64, &str, i64, &[&str], Get); 3] = [
+        // Each setting: the converter's default, a value and what the converter gets,
+        // values refused, and where the converter's spec holds it.
+        type Setting = (
+            &'static str,
+            i64,
+            &'static str,
+            i64,
+            &'static [&'static str],
+            fn(&crate::convert::ConvertSpec) -> i64,
+        );
+        let settings: [Setting; 3] = [
             (
                 "row_group_mib",
                 64 << 20,

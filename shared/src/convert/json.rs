@@ -464,6 +464,14 @@ fn one_value(line: u64) -> ConvertError {
     )
 }
 
+/// Whether arrow-json reads an escaped surrogate pair whose high half is `0xD800 +
+/// high_offset` as another character: its tape joins the two halves with `|` where UTF-16
+/// adds them, which differs when bit 0x40 of the offset meets the 0x10000 added (U+20000
+/// and up, every other block of 64 surrogates; not the emoji's `\uD83D`).
+pub(super) fn arrow_json_misreads_pair(high_offset: u32) -> bool {
+    high_offset & 0x40 != 0
+}
+
 /// `line` with every escaped UTF-16 surrogate pair in its strings (`\uD840\uDC00`) spelled
 /// out as the character's UTF-8 bytes, or `None` if it has none. The same JSON either way,
 /// but arrow-json's tape joins the two halves with `|` where UTF-16 adds them, which gives
@@ -476,14 +484,13 @@ fn spell_out_surrogate_pairs(line: &[u8]) -> Option<Vec<u8>> {
             Some(value << 4 | char::from(b).to_digit(16)?)
         })
     };
-    // Most lines have no escape that arrow-json misreads: only a high surrogate with bit
-    // 0x40 of its offset set (U+20000 and up, every other block of 64 surrogates) is
-    // joined wrongly, not the emoji's `\uD83D`. Text is full of other escapes (`\u0009`):
-    // a first digit other than `d` rules one out without reading the rest.
+    // Most lines have no escape that arrow-json misreads (see `arrow_json_misreads_pair`).
+    // Text is full of other escapes (`\u0009`): a first digit other than `d` rules one out
+    // without reading the rest.
     let misread = memchr::memmem::find_iter(line, b"\\u").any(|at| {
         line.get(at + 2).is_some_and(|b| b | 0x20 == b'd')
             && hex4(at + 2).is_some_and(|high| {
-                (0xD800..=0xDBFF).contains(&high) && (high - 0xD800) & 0x40 != 0
+                (0xD800..=0xDBFF).contains(&high) && arrow_json_misreads_pair(high - 0xD800)
             })
     });
     if !misread {

@@ -113,7 +113,7 @@ impl FlatDecoder {
     /// declines it; after declining, the decoder holds part of a row until
     /// [`Self::rollback`] or [`Self::clear`]. Returns whether the line has an escaped
     /// surrogate pair that arrow-json would read as another character (see
-    /// [`misread_by_arrow_json`]), so that the caller can spell it out before arrow-json
+    /// [`super::arrow_json_misreads_pair`]), so that the caller can spell it out before arrow-json
     /// ever reads the line again.
     pub(super) fn push(&mut self, line: &str) -> Read<bool> {
         self.dirty = true;
@@ -311,7 +311,7 @@ struct Cursor<'a> {
     text: &'a str,
     at: usize,
     /// Whether a string read so far had a surrogate pair that arrow-json misreads (see
-    /// [`misread_by_arrow_json`]).
+    /// [`super::arrow_json_misreads_pair`]).
     misread_pair: bool,
 }
 
@@ -410,7 +410,8 @@ impl<'a> Cursor<'a> {
                 return Ok(scratch.as_str());
             }
             let (c, len) = escape(bytes.get(end + 1..).unwrap_or_default())?;
-            self.misread_pair |= len == PAIR_LEN && misread_by_arrow_json(c);
+            self.misread_pair |=
+                len == PAIR_LEN && super::arrow_json_misreads_pair((u32::from(c) - 0x1_0000) >> 10);
             scratch.push(c);
             at = end + 1 + len;
         }
@@ -454,16 +455,6 @@ fn unicode_escape(escaped: &[u8]) -> Read<(char, usize)> {
 
 /// The length of an escaped surrogate pair after its first backslash (`uD840\uDC00`).
 const PAIR_LEN: usize = 11;
-
-/// Whether arrow-json reads the escaped surrogate pair of `c` as another character: it
-/// joins the halves with `|` where UTF-16 adds them, which differs when their bits overlap
-/// (U+20000 reads as U+10000). Such lines are spelled out before arrow-json sees them
-/// (`spell_out_surrogate_pairs` in json.rs); this decoder reads every pair as written.
-fn misread_by_arrow_json(c: char) -> bool {
-    let offset = u32::from(c) - 0x1_0000;
-    let joined = (offset >> 10) << 10 | ((offset & 0x3FF) + 0x1_0000);
-    joined != u32::from(c)
-}
 
 fn hex4(digits: Option<&[u8]>) -> Read<u32> {
     digits

@@ -499,6 +499,9 @@ pub fn convert<R: Read, W: Write + Send>(
 /// first batches wait in `pending` (a few MiB at most) until there are enough rows.
 struct Encoder<'s, W: Write + Send> {
     spec: &'s ConvertSpec,
+    /// Row groups closed at this many bytes (the spec's, but for [`convert_split`]'s rows
+    /// set aside).
+    row_group_bytes: usize,
     output: Option<W>,
     writer: Option<ArrowWriter<W>>,
     pending: Vec<RecordBatch>,
@@ -507,9 +510,18 @@ struct Encoder<'s, W: Write + Send> {
 impl<'s, W: Write + Send> Encoder<'s, W> {
     /// Checks what of the spec the writer uses, before any input is read.
     fn new(output: W, spec: &'s ConvertSpec) -> Result<Self, ConvertError> {
-        writer_properties(spec, spec.row_group_bytes)?;
+        Self::with_row_group_bytes(output, spec, spec.row_group_bytes)
+    }
+
+    fn with_row_group_bytes(
+        output: W,
+        spec: &'s ConvertSpec,
+        row_group_bytes: usize,
+    ) -> Result<Self, ConvertError> {
+        writer_properties(spec, row_group_bytes)?;
         Ok(Self {
             spec,
+            row_group_bytes,
             output: Some(output),
             writer: None,
             pending: Vec::new(),
@@ -520,7 +532,7 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
     /// them.
     fn start(&mut self) -> Result<&mut ArrowWriter<W>, ConvertError> {
         if let Some(output) = self.output.take() {
-            let mut properties = writer_builder(self.spec, self.spec.row_group_bytes)?;
+            let mut properties = writer_builder(self.spec, self.row_group_bytes)?;
             let pending = std::mem::take(&mut self.pending);
             if !pending.is_empty() {
                 let first = arrow_select::concat::concat_batches(&self.spec.schema, &pending)
@@ -780,8 +792,9 @@ pub type Split<'a> =
 /// [`convert`], with each decoded batch passed through `split` before anything else: only
 /// the rows it keeps are counted (rows, sums) and written to `output`; the rows it sets
 /// aside are written as a second Parquet file to `aside` (same schema and settings, row
-/// groups closed at 8 MiB), or discarded when `aside` is `None`. Row-level bookmark keys
-/// use it (see [`crate::bookmark`]).
+/// groups closed at 8 MiB), or discarded when `aside` is `None`. Each file's columns are
+/// encoded as [`convert`] chooses, from its own first rows. Row-level bookmark keys use
+/// it (see [`crate::bookmark`]).
 pub fn convert_split<R: Read, W: Write + Send, A: Write + Send>(
     input: R,
     spec: &ConvertSpec,
@@ -789,29 +802,21 @@ pub fn convert_split<R: Read, W: Write + Send, A: Write + Send>(
     split: &mut Split<'_>,
     aside: Option<A>,
 ) -> Result<ConvertStats, ConvertError> {
-    let options = |max_bytes| {
-        Ok::<_, ConvertError>(writer_options(spec, writer_properties(spec, max_bytes)?))
-    };
-    let mut writer = ArrowWriter::try_new_with_options(
-        output,
-        spec.schema.clone(),
-        options(spec.row_group_bytes)?,
-    )?;
-    let aside_options = options(8 << 20)?;
+    let mut encoder = Encoder::new(output, spec)?;
     let mut aside = aside
-        .map(|a| ArrowWriter::try_new_with_options(a, spec.schema.clone(), aside_options))
+        .map(|a| Encoder::with_row_group_bytes(a, spec, 8 << 20))
         .transpose()?;
     let mut keep = |batch: RecordBatch| {
         let (kept, set_aside) = split(&batch)?;
-        if let (Some(w), Some(b)) = (aside.as_mut(), set_aside) {
-            w.write(&b)?;
+        if let (Some(e), Some(b)) = (aside.as_mut(), set_aside) {
+            e.write(&b)?;
         }
         Ok(kept)
     };
-    let mut stats = decode_with(input, spec, &mut keep, |batch| Ok(writer.write(batch)?))?;
-    stats.row_groups = writer.close()?.num_row_groups();
-    if let Some(w) = aside {
-        w.close()?;
+    let mut stats = decode_with(input, spec, &mut keep, |batch| encoder.write(batch))?;
+    stats.row_groups = encoder.close()?;
+    if let Some(e) = aside {
+        e.close()?;
     }
     Ok(stats)
 }
@@ -1458,14 +1463,10 @@ mod tests {
             );
         }
         let columns = r#"[{"name":"sku","type":"string"},{"name":"product","type":"int64"},{"name":"status","type":"string"}]"#;
-        let dictionaries = |kib: usize| {
-            let mut spec = csv_spec(columns);
-            spec.dictionary_bytes = kib << 10;
-            let mut out = Vec::new();
-            convert(csv.as_bytes(), &spec, &mut out).unwrap();
+        let with_dictionary = |out: Vec<u8>, rows: i64| {
             let file = SerializedFileReader::new(bytes::Bytes::from(out)).unwrap();
             let group = file.metadata().row_group(0);
-            assert_eq!(group.num_rows(), 20_000);
+            assert_eq!(group.num_rows(), rows);
             (0..3)
                 .map(|c| {
                     group
@@ -1474,6 +1475,46 @@ mod tests {
                         .any(|e| e == Encoding::RLE_DICTIONARY)
                 })
                 .collect::<Vec<_>>()
+        };
+        let dictionaries = |kib: usize| {
+            let mut spec = csv_spec(columns);
+            spec.dictionary_bytes = kib << 10;
+            let mut out = Vec::new();
+            convert(csv.as_bytes(), &spec, &mut out).unwrap();
+            let chosen = with_dictionary(out, 20_000);
+            // A bookmark source's split, the first 10,000 rows kept and the others set
+            // aside: each file chooses as the whole file does (each half holds every code,
+            // product and status).
+            let (mut kept, mut aside, mut seen) = (Vec::new(), Vec::new(), 0);
+            let mut halves = |b: &RecordBatch| {
+                let rows = |first: bool| {
+                    let keep = (seen..seen + b.num_rows()).map(|i| Some((i < 10_000) == first));
+                    let keep = arrow_array::BooleanArray::from_iter(keep);
+                    arrow_select::filter::filter_record_batch(b, &keep).unwrap()
+                };
+                let halves = (rows(true), Some(rows(false)));
+                seen += b.num_rows();
+                Ok(halves)
+            };
+            convert_split(
+                csv.as_bytes(),
+                &spec,
+                &mut kept,
+                &mut halves,
+                Some(&mut aside),
+            )
+            .unwrap();
+            assert_eq!(
+                with_dictionary(kept, 10_000),
+                chosen,
+                "kept rows at {kib} KiB"
+            );
+            assert_eq!(
+                with_dictionary(aside, 10_000),
+                chosen,
+                "rows set aside at {kib} KiB"
+            );
+            chosen
         };
         assert_eq!(
             dictionaries(1024),

@@ -518,7 +518,7 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
         spec: &'s ConvertSpec,
         row_group_bytes: usize,
     ) -> Result<Self, ConvertError> {
-        writer_properties(spec, row_group_bytes)?;
+        writer_builder(spec, row_group_bytes)?;
         Ok(Self {
             spec,
             row_group_bytes,
@@ -775,13 +775,6 @@ fn writer_options(spec: &ConvertSpec, properties: WriterProperties) -> ArrowWrit
     ArrowWriterOptions::new()
         .with_properties(properties)
         .with_page_store_factory(Arc::new(spill::PageStores::new(spec.page_memory_bytes)))
-}
-
-fn writer_properties(
-    spec: &ConvertSpec,
-    max_bytes: usize,
-) -> Result<WriterProperties, ConvertError> {
-    Ok(writer_builder(spec, max_bytes)?.build())
 }
 
 /// A row filter of [`convert_split`]: for each decoded batch, the rows to keep and the rows

@@ -618,7 +618,7 @@ def main():
     lines.append(
         "Threads: one per engine (tidemark `--threads 1`; pyarrow set_cpu_count(1) and use_threads=False; DuckDB "
         "threads=1; POLARS_MAX_THREADS=1)." if threads == "1" else
-        f"Threads: tidemark `--threads {threads}` (decoding beside encoding); every peer at its own default "
+        f"Threads: tidemark `--threads {threads}` (one decoding, the columns encoded on all); every peer at its own default "
         f"thread count, on this machine's {os.cpu_count()} CPUs.")
     lines.append("tidemark = `tidemark-bench convert` (tidemark::convert::convert); pyarrow = read_csv / read_json "
                  "+ write_table; pyarrow-stream = open_csv in 16 MiB blocks + ParquetWriter.write_batch; duckdb = "

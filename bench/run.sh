@@ -18,8 +18,8 @@
 #   BENCH_CASES=...      comma list of csv,csv.gz,jsonl,jsonl.gz
 #   BENCH_COLD_RUNS=20   runs of each start-up command
 #   BENCH_RSS=time|wait4 how peak RSS is taken (default: /usr/bin/time when present)
-#   BENCH_THREADS=1      1: every engine on one thread; 2: tidemark --threads 2 (decoding
-#                        beside encoding) against every peer at its default thread count
+#   BENCH_THREADS=1      1: every engine on one thread; 2: tidemark --threads 2 (one
+#                        decoding, columns encoded on both) against every peer at its default thread count
 #
 # What it does: makes .local/venv-bench with pyarrow, duckdb, polars and boto3 (skipping
 # any that cannot be installed, with a message); builds bench/ (tidemark-bench) in

@@ -22,6 +22,7 @@
 //! errors those are).
 
 mod avro;
+mod columns;
 mod csv;
 mod header;
 mod input;
@@ -45,7 +46,6 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, Schema, SchemaRef};
-use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::basic::{Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
@@ -53,6 +53,7 @@ use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
 use crate::schema::ColumnType;
+use columns::Columns;
 
 pub use reject::{BadRows, Rejected};
 pub use stats::{ConvertStats, ParseSumError, SumValue};
@@ -219,8 +220,9 @@ pub struct ConvertSpec {
     pub zstd_level: i32,
     /// What a row that does not decode does (default [`BadRows::Fail`]).
     pub bad_rows: BadRows,
-    /// Threads of [`convert`]: with 2 or more, one decodes while another encodes the
-    /// batch before (default: 2 when the process may run on more than one CPU, else 1).
+    /// Threads of [`convert`]: with 2 or more, one decodes, and the columns of each batch
+    /// are encoded on all of them (see `columns`); the file is the same bytes whatever
+    /// the number (default: 2 when the process may run on more than one CPU, else 1).
     pub threads: usize,
 }
 
@@ -456,41 +458,15 @@ pub fn convert<R: Read, W: Write + Send>(
         stats.row_groups = encoder.close()?;
         return Ok(stats);
     }
-    // Two threads: this one decodes while the other encodes the batch before. One batch
-    // waits between them at most, so memory grows by a batch, not by the file.
-    std::thread::scope(|scope| {
-        let (send, receive) = std::sync::mpsc::sync_channel::<Option<RecordBatch>>(1);
-        let encoding = scope.spawn(move || -> Result<Option<usize>, ConvertError> {
-            for batch in receive {
-                match batch {
-                    Some(batch) => encoder.write(&batch)?,
-                    None => return encoder.close().map(Some),
-                }
-            }
-            Ok(None) // decoding failed: the file is abandoned, not finished
-        });
-        let decoded = decode(input, spec, |batch| {
-            send.send(Some(batch.clone()))
-                .map_err(|_| ConvertError::Encode {
-                    message: "the encoder stopped".into(),
-                })
-        });
-        if decoded.is_ok() {
-            let _ = send.send(None);
-        }
-        drop(send);
-        let encoded = encoding
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        match (decoded, encoded) {
-            (_, Err(e)) => Err(e),
-            (Err(e), Ok(_)) => Err(e),
-            (Ok(mut stats), Ok(row_groups)) => {
-                stats.row_groups = row_groups.unwrap_or_default();
-                Ok(stats)
-            }
-        }
-    })
+    // This thread decodes, and the columns of each batch are encoded on it and the others
+    // (see `columns`): one batch waits between them at most, so memory grows by a batch,
+    // not by the file.
+    let (mut stats, encoder) =
+        columns::encode_beside(encoder, spec.schema.fields().len(), spec.threads, |each| {
+            decode(input, spec, each)
+        })?;
+    stats.row_groups = encoder.close()?;
+    Ok(stats)
 }
 
 /// The Parquet writer of [`convert`], made when the first [`CHOICE_MIN_ROWS`] rows have
@@ -503,7 +479,7 @@ struct Encoder<'s, W: Write + Send> {
     /// set aside).
     row_group_bytes: usize,
     output: Option<W>,
-    writer: Option<ArrowWriter<W>>,
+    file: Option<Columns<W>>,
     pending: Vec<RecordBatch>,
 }
 
@@ -523,14 +499,14 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
             spec,
             row_group_bytes,
             output: Some(output),
-            writer: None,
+            file: None,
             pending: Vec::new(),
         })
     }
 
     /// Makes the writer, its columns' encodings chosen from the pending batches, and writes
     /// them.
-    fn start(&mut self) -> Result<&mut ArrowWriter<W>, ConvertError> {
+    fn start(&mut self) -> Result<&mut Columns<W>, ConvertError> {
         if let Some(output) = self.output.take() {
             let mut properties = writer_builder(self.spec, self.row_group_bytes)?;
             let pending = std::mem::take(&mut self.pending);
@@ -541,21 +517,21 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
                     })?;
                 properties = column_choices(properties, &first, self.spec);
             }
-            let writer = self.writer.insert(ArrowWriter::try_new_with_options(
+            let file = self.file.insert(Columns::new(
                 output,
                 self.spec.schema.clone(),
                 writer_options(self.spec, properties.build()),
             )?);
             for batch in &pending {
-                writer.write(batch)?;
+                file.write(batch)?;
             }
         }
-        Ok(self.writer.as_mut().expect("made above"))
+        Ok(self.file.as_mut().expect("made above"))
     }
 
     fn write(&mut self, batch: &RecordBatch) -> Result<(), ConvertError> {
-        if let Some(writer) = self.writer.as_mut() {
-            writer.write(batch)?;
+        if let Some(file) = self.file.as_mut() {
+            file.write(batch)?;
             return Ok(());
         }
         if batch.num_rows() == 0 {
@@ -577,8 +553,23 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
     /// Finishes the file; returns its number of row groups.
     fn close(mut self) -> Result<usize, ConvertError> {
         self.start()?;
-        let writer = self.writer.expect("made above");
-        Ok(writer.close()?.num_row_groups())
+        Ok(self.file.expect("made above").close()?)
+    }
+}
+
+impl<W: Write + Send> columns::Sink for Encoder<'_, W> {
+    type Output = W;
+
+    fn write_before_file(&mut self, batch: &RecordBatch) -> Result<bool, ConvertError> {
+        if self.file.is_some() {
+            return Ok(false);
+        }
+        self.write(batch)?;
+        Ok(true)
+    }
+
+    fn file(&mut self) -> Option<&mut Columns<W>> {
+        self.file.as_mut()
     }
 }
 

@@ -3,21 +3,25 @@
 //!
 //! arrow-rs's `ArrowWriter` encodes a batch's columns one after another on the calling
 //! thread. Its parts (one `ArrowColumnWriter` per column chunk, each `Send`) can encode
-//! each column on any thread, as long as a column's batches reach its writer in order.
-//! [`Columns`] drives them and closes row groups where `ArrowWriter::write` would (the same
-//! row and estimated-byte limits, a batch split at the same row), so a file is the same
-//! bytes whatever the number of threads. [`encode_beside`] runs a decoder on the calling
-//! thread and shares each batch's columns out between it and the other threads.
+//! each column on any thread, as long as a column's values reach its writer in order.
+//! [`Columns`] cuts the batches it is given into *parts*, each going to one row group, and
+//! hands out their columns as tasks; [`encode_beside`] runs a decoder on the calling thread
+//! and shares the tasks out between it and the other threads.
 //!
-//! One batch is encoded at a time: which row group its rows go to depends on the size of
-//! everything encoded before it, as in `ArrowWriter`, so the next batch starts when the last
-//! column of this one is written. Its columns are handed out one by one to whichever thread
-//! is free; the decoding thread takes them only while a decoded batch is waiting, and
-//! decodes otherwise. At most one decoded batch waits, so memory grows by two batches, not
-//! by the file.
+//! Where a row group closes depends on the size of what it holds, known only once its
+//! columns are encoded. `ArrowWriter` decides for each batch from the size after the batch
+//! before, so each batch would have to wait for every column of the one before: at the end
+//! of each batch one thread would wait for another's last column. [`Columns`] decides a
+//! part's row group from the size after the part before the one before (see
+//! [`Columns::decide`]), so two parts are encoded at once: a column of the newer one waits
+//! only for the same column of the older. The decisions depend on the rows alone, never
+//! on which thread encoded what or when, so a file is the same bytes whatever the number
+//! of threads.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{FieldRef, SchemaRef};
@@ -30,20 +34,118 @@ use parquet::file::writer::SerializedFileWriter;
 
 use super::ConvertError;
 
-/// A Parquet file being written, its row group in progress as one writer per column.
+/// A Parquet file being written a column at a time.
 pub(super) struct Columns<W: Write + Send> {
     file: SerializedFileWriter<W>,
     factory: ArrowRowGroupWriterFactory,
     schema: SchemaRef,
     /// Leaf columns of each field (one for a flat field).
     leaves: Vec<usize>,
-    /// The writers of the row group in progress, by field (`None`: none in progress; a
-    /// field's are out of their place while a thread encodes it).
-    writers: Option<Vec<Vec<ArrowColumnWriter>>>,
-    /// Rows written to the row group in progress.
-    buffered_rows: usize,
     max_rows: Option<usize>,
     max_bytes: Option<usize>,
+    /// Row groups not yet written, oldest first; parts go to the last unless it is closed.
+    groups: VecDeque<Group>,
+    /// Row groups started.
+    started: usize,
+    /// Parts being encoded, oldest first (two at most).
+    parts: VecDeque<Part>,
+    /// A batch, or what remains of one, waiting for its first rows to become a part.
+    waiting: Option<RecordBatch>,
+    /// Parts made.
+    made: u64,
+    /// The complete parts a decision may still need (the last two made: parts of
+    /// different row groups can complete out of order).
+    complete: Vec<Complete>,
+    /// What each field took to encode last, in nanoseconds per row.
+    cost: Vec<f64>,
+    /// The fields in the order they are handed out: the costliest first, so that the
+    /// threads run out of work together rather than one waiting for another's long column.
+    order: Vec<usize>,
+}
+
+/// A row group: its writers, and the parts it holds.
+struct Group {
+    /// Its index in the file.
+    number: usize,
+    /// Its writers by field (a field's are out of their place while a thread encodes it).
+    writers: Vec<Vec<ArrowColumnWriter>>,
+    /// Rows of its parts.
+    rows: usize,
+    /// Its parts not yet complete.
+    encoding: usize,
+    /// It takes no more parts.
+    closed: bool,
+}
+
+/// Rows of a batch going to one row group.
+struct Part {
+    /// Its number among the parts of the file.
+    number: u64,
+    /// The [`Group::number`] it goes to.
+    group: usize,
+    batch: RecordBatch,
+    /// Rows of its row group up to and including it.
+    rows_through: usize,
+    /// Fields handed out.
+    taken: Vec<bool>,
+    /// Fields written.
+    written: Vec<bool>,
+    /// Estimated bytes of its row group's writers after it, summed as its fields are
+    /// written.
+    estimate: usize,
+}
+
+/// What a complete part left: its row group's rows and estimated bytes after it.
+struct Complete {
+    part: u64,
+    group: usize,
+    rows_through: usize,
+    estimate: usize,
+}
+
+/// One field of one part, to encode on any thread.
+pub(super) struct Task {
+    part: u64,
+    group: usize,
+    field: usize,
+    description: FieldRef,
+    column: ArrayRef,
+    writers: Vec<ArrowColumnWriter>,
+}
+
+/// A [`Task`] done: the writers back, and what it took.
+pub(super) struct Done {
+    task: Task,
+    result: Result<()>,
+    took: Duration,
+    /// Estimated bytes of the field's writers after it.
+    estimate: usize,
+}
+
+impl Task {
+    /// Encodes the column.
+    pub(super) fn run(mut self) -> Done {
+        let began = Instant::now();
+        let result = (|| {
+            let leaves = compute_leaves(&self.description, &self.column)?;
+            for (writer, leaf) in self.writers.iter_mut().zip(leaves) {
+                writer.write(&leaf)?;
+            }
+            Ok(())
+        })();
+        let took = began.elapsed();
+        let estimate = self
+            .writers
+            .iter()
+            .map(ArrowColumnWriter::get_estimated_total_bytes)
+            .sum();
+        Done {
+            task: self,
+            result,
+            took,
+            estimate,
+        }
+    }
 }
 
 impl<W: Write + Send> Columns<W> {
@@ -62,144 +164,246 @@ impl<W: Write + Send> Columns<W> {
             properties.max_row_group_row_count(),
             properties.max_row_group_bytes(),
         );
+        let fields = schema.fields().len();
         Ok(Self {
             file,
             factory,
             schema,
             leaves,
-            writers: None,
-            buffered_rows: 0,
             max_rows,
             max_bytes,
+            groups: VecDeque::new(),
+            started: 0,
+            parts: VecDeque::new(),
+            waiting: None,
+            made: 0,
+            complete: Vec::new(),
+            cost: vec![0.0; fields],
+            order: (0..fields).collect(),
         })
     }
 
     /// Encodes `batch` on this thread.
     pub(super) fn write(&mut self, batch: &RecordBatch) -> Result<()> {
-        let mut rest = Some(batch.clone());
-        while let Some(part) = self.next_part(&mut rest)? {
-            let writers = self.writers.as_mut().expect("next_part starts a row group");
-            for ((field, column), writers) in
-                self.schema.fields().iter().zip(part.columns()).zip(writers)
-            {
-                encode(field, column, writers)?;
-            }
-            self.wrote(part.num_rows())?;
+        debug_assert!(self.waiting.is_none() && self.parts.is_empty());
+        self.waiting = Some(batch.clone());
+        self.admit()?;
+        while let Some(task) = self.take() {
+            self.give_back(task.run())?;
         }
         Ok(())
     }
 
-    /// The leading rows of `batch` that go into the row group in progress, leaving the rest
-    /// in it: a row group is started, and the one before closed, where `ArrowWriter::write`
-    /// does (parquet 60.1, `arrow_writer/mod.rs`). `None` when `batch` holds no rows.
-    fn next_part(&mut self, batch: &mut Option<RecordBatch>) -> Result<Option<RecordBatch>> {
-        loop {
-            let Some(remaining) = batch.take().filter(|b| b.num_rows() > 0) else {
-                return Ok(None);
-            };
-            if self.writers.is_none() {
-                self.start_row_group()?;
-            }
-            let buffered = self.buffered_rows;
-            let mut split_at = match self.max_rows {
-                Some(max) if buffered + remaining.num_rows() > max => Some(max - buffered),
-                _ => None,
-            };
-            let candidate_rows = split_at.unwrap_or_else(|| remaining.num_rows());
-            if let Some(max_bytes) = self.max_bytes
-                && buffered > 0
-            {
-                let current = self.estimated_bytes();
-                if current >= max_bytes {
-                    self.flush()?;
-                    *batch = Some(remaining);
-                    continue;
-                }
-                if let Some(fit) = (max_bytes - current).checked_div(current / buffered)
-                    && candidate_rows > fit
-                {
-                    if fit == 0 {
-                        self.flush()?;
-                        *batch = Some(remaining);
-                        continue;
-                    }
-                    split_at = Some(fit);
-                }
-            }
-            return Ok(Some(match split_at {
-                Some(rows) => {
-                    *batch = Some(remaining.slice(rows, remaining.num_rows() - rows));
-                    remaining.slice(0, rows)
-                }
-                None => remaining,
-            }));
-        }
+    /// Nothing is waiting to be encoded: a batch may be given.
+    fn ready(&self) -> bool {
+        self.waiting.is_none()
     }
 
-    /// Notes that every column of a part of `rows` rows was written, and closes the row
-    /// group if it is full.
-    fn wrote(&mut self, rows: usize) -> Result<()> {
-        self.buffered_rows += rows;
-        if self.max_rows.is_some_and(|max| self.buffered_rows >= max)
-            || self
-                .max_bytes
-                .is_some_and(|max| self.estimated_bytes() >= max)
-        {
-            self.flush()?;
+    /// Nothing is waiting or being encoded.
+    fn idle(&self) -> bool {
+        self.waiting.is_none() && self.parts.is_empty()
+    }
+
+    /// Makes parts of the waiting batch while each part before the newest is complete.
+    fn admit(&mut self) -> Result<()> {
+        while let Some(batch) = self.waiting.take() {
+            let rows = batch.num_rows();
+            if rows == 0 {
+                continue;
+            }
+            if self.parts.iter().any(|p| p.number + 1 != self.made) {
+                self.waiting = Some(batch);
+                return Ok(());
+            }
+            let (take, new_group) = self.decide(rows);
+            if new_group {
+                if let Some(group) = self.groups.back_mut() {
+                    group.closed = true;
+                }
+                self.flush_ready()?;
+                let mut writers = self
+                    .factory
+                    .create_column_writers(self.started)?
+                    .into_iter();
+                self.groups.push_back(Group {
+                    number: self.started,
+                    writers: self
+                        .leaves
+                        .iter()
+                        .map(|&n| writers.by_ref().take(n).collect())
+                        .collect(),
+                    rows: 0,
+                    encoding: 0,
+                    closed: false,
+                });
+                self.started += 1;
+            }
+            let group = self.groups.back_mut().expect("started above");
+            group.rows += take;
+            group.encoding += 1;
+            let fields = self.leaves.len();
+            self.parts.push_back(Part {
+                number: self.made,
+                group: group.number,
+                batch: batch.slice(0, take),
+                rows_through: group.rows,
+                taken: vec![false; fields],
+                written: vec![false; fields],
+                estimate: 0,
+            });
+            self.made += 1;
+            // The next decision needs the part before the one just made.
+            let made = self.made;
+            self.complete.retain(|c| c.part + 2 >= made);
+            if take < rows {
+                self.waiting = Some(batch.slice(take, rows - take));
+            }
+            let cost = &self.cost;
+            self.order
+                .sort_by(|&a, &b| cost[b].total_cmp(&cost[a]).then(a.cmp(&b)));
         }
         Ok(())
     }
 
-    fn start_row_group(&mut self) -> Result<()> {
-        let mut writers = self
-            .factory
-            .create_column_writers(self.file.flushed_row_groups().len())?
-            .into_iter();
-        self.writers = Some(
-            self.leaves
-                .iter()
-                .map(|&n| writers.by_ref().take(n).collect())
-                .collect(),
-        );
-        self.buffered_rows = 0;
-        Ok(())
-    }
-
-    fn estimated_bytes(&self) -> usize {
-        self.writers
-            .iter()
-            .flatten()
-            .flatten()
-            .map(ArrowColumnWriter::get_estimated_total_bytes)
-            .sum()
-    }
-
-    /// Writes the row group in progress, if any.
-    fn flush(&mut self) -> Result<()> {
-        let Some(writers) = self.writers.take() else {
-            return Ok(());
+    /// How many of the next `rows` rows go into the next part, and whether it starts a
+    /// row group. A row group takes at most `max_rows` rows, as in `ArrowWriter`, and
+    /// closes where its estimated size reaches `max_bytes`, estimated as `ArrowWriter`
+    /// does but one part late: from the writers' estimate after the part before the newest
+    /// (complete by then), with the newest part's rows counted at the average size of the
+    /// rows before. So a row group can pass `max_bytes` by about a part.
+    fn decide(&self, rows: usize) -> (usize, bool) {
+        let new_group = (self.max_rows.map_or(rows, |max| rows.min(max)), true);
+        let Some(group) = self.groups.back().filter(|g| !g.closed) else {
+            return new_group;
         };
-        let mut row_group = self.file.next_row_group()?;
-        for writer in writers.into_iter().flatten() {
-            writer.close()?.append_to_row_group(&mut row_group)?;
+        let through = group.rows;
+        if self.max_rows.is_some_and(|max| through >= max) {
+            return new_group;
         }
-        row_group.close()?;
+        let mut split_at = self
+            .max_rows
+            .filter(|&max| through + rows > max)
+            .map(|max| max - through);
+        let before_newest = self.made.checked_sub(2);
+        if let Some(max_bytes) = self.max_bytes
+            && let Some(before) = self
+                .complete
+                .iter()
+                .find(|c| Some(c.part) == before_newest && c.group == group.number)
+        {
+            let average = before.estimate / before.rows_through;
+            let estimate = before.estimate + (through - before.rows_through) * average;
+            if estimate >= max_bytes {
+                return new_group;
+            }
+            if let Some(fit) = (max_bytes - estimate).checked_div(average)
+                && split_at.unwrap_or(rows) > fit
+            {
+                if fit == 0 {
+                    return new_group;
+                }
+                split_at = Some(fit);
+            }
+        }
+        (split_at.unwrap_or(rows), false)
+    }
+
+    /// The next field ready to encode: of the oldest part first, the costliest first, and
+    /// only after the same field of an older part of its row group.
+    fn take(&mut self) -> Option<Task> {
+        let (index, field) = self.parts.iter().enumerate().find_map(|(index, part)| {
+            let field = self.order.iter().copied().find(|&f| {
+                !part.taken[f]
+                    && !self
+                        .parts
+                        .iter()
+                        .take(index)
+                        .any(|older| older.group == part.group && !older.written[f])
+            })?;
+            Some((index, field))
+        })?;
+        let part = &mut self.parts[index];
+        part.taken[field] = true;
+        let (number, group) = (part.number, part.group);
+        let column = part.batch.column(field).clone();
+        let writers = std::mem::take(&mut self.group(group).writers[field]);
+        Some(Task {
+            part: number,
+            group,
+            field,
+            description: self.schema.fields()[field].clone(),
+            column,
+            writers,
+        })
+    }
+
+    fn group(&mut self, number: usize) -> &mut Group {
+        self.groups
+            .iter_mut()
+            .find(|g| g.number == number)
+            .expect("a group is kept until its parts are written")
+    }
+
+    /// Takes back a task's writers; when it completes its part, notes the part, writes its
+    /// row group if that is closed and complete, and makes the next part.
+    fn give_back(&mut self, done: Done) -> Result<()> {
+        let Done {
+            task,
+            result,
+            took,
+            estimate,
+        } = done;
+        self.group(task.group).writers[task.field] = task.writers;
+        result?;
+        let index = self
+            .parts
+            .iter()
+            .position(|p| p.number == task.part)
+            .expect("a part is kept until its fields are written");
+        let part = &mut self.parts[index];
+        part.written[task.field] = true;
+        part.estimate += estimate;
+        self.cost[task.field] = took.as_nanos() as f64 / part.batch.num_rows() as f64;
+        if part.written.iter().all(|&w| w) {
+            let part = self.parts.remove(index).expect("found above");
+            self.complete.push(Complete {
+                part: part.number,
+                group: part.group,
+                rows_through: part.rows_through,
+                estimate: part.estimate,
+            });
+            self.group(part.group).encoding -= 1;
+            self.flush_ready()?;
+        }
+        self.admit()
+    }
+
+    /// Writes the oldest row groups while they are closed and complete.
+    fn flush_ready(&mut self) -> Result<()> {
+        while self
+            .groups
+            .front()
+            .is_some_and(|g| g.closed && g.encoding == 0)
+        {
+            let group = self.groups.pop_front().expect("checked above");
+            let mut row_group = self.file.next_row_group()?;
+            for writer in group.writers.into_iter().flatten() {
+                writer.close()?.append_to_row_group(&mut row_group)?;
+            }
+            row_group.close()?;
+        }
         Ok(())
     }
 
     /// Finishes the file; returns its number of row groups.
     pub(super) fn close(mut self) -> Result<usize> {
-        self.flush()?;
+        debug_assert!(self.idle());
+        for group in &mut self.groups {
+            group.closed = true;
+        }
+        self.flush_ready()?;
         Ok(self.file.close()?.num_row_groups())
     }
-}
-
-/// Writes one column of a batch to the writers of its leaves.
-fn encode(field: &FieldRef, column: &ArrayRef, writers: &mut [ArrowColumnWriter]) -> Result<()> {
-    for (writer, leaf) in writers.iter_mut().zip(compute_leaves(field, column)?) {
-        writer.write(&leaf)?;
-    }
-    Ok(())
 }
 
 /// What encodes the batches of [`encode_beside`]: writes on the calling thread until it has
@@ -217,18 +421,6 @@ pub(super) trait Sink: Send {
 /// The state the threads of [`encode_beside`] share.
 struct State<S> {
     sink: S,
-    /// The part of a batch being encoded, and the next of its fields to hand out.
-    part: Option<(RecordBatch, usize)>,
-    /// Fields of `part` handed out and not yet back.
-    out: usize,
-    /// What each field took to encode last, in nanoseconds per row.
-    cost: Vec<f64>,
-    /// The fields in the order they are handed out: the costliest first, so that the
-    /// threads run out of work together at the end of a part rather than one waiting for
-    /// the other's long column.
-    order: Vec<usize>,
-    /// A decoded batch (or what remains of one that closed a row group) waiting for `part`.
-    waiting: Option<RecordBatch>,
     /// No batch will come: decoding ended.
     decoded: bool,
     /// Everything stops: decoding failed, or a thread panicked.
@@ -237,93 +429,20 @@ struct State<S> {
     failed: Option<ConvertError>,
 }
 
-/// A field of `part` being encoded by one thread.
-struct Task {
-    /// Its index, and its description.
-    field: usize,
-    description: FieldRef,
-    column: ArrayRef,
-    writers: Vec<ArrowColumnWriter>,
-}
-
 impl<S: Sink> State<S> {
-    /// Hands out the next field of `part`, if any.
-    fn take(&mut self) -> Option<Task> {
-        let (batch, next) = self.part.as_mut()?;
-        if *next == batch.num_columns() {
-            return None;
-        }
-        let field = self.order[*next];
-        *next += 1;
-        self.out += 1;
-        let column = batch.column(field).clone();
-        let file = self.sink.file().expect("a part is encoded into a file");
-        let description = file.schema.fields()[field].clone();
-        let writers = std::mem::take(&mut file.writers.as_mut().expect("in progress")[field]);
-        Some(Task {
-            field,
-            description,
-            column,
-            writers,
-        })
-    }
-
-    /// Takes back a field encoded with `result`; when it was the part's last, notes the part
-    /// written and starts the next.
-    fn give_back(&mut self, task: Task, result: Result<()>, took: std::time::Duration) {
-        self.out -= 1;
-        if let Some((batch, _)) = &self.part {
-            self.cost[task.field] = took.as_nanos() as f64 / batch.num_rows().max(1) as f64;
-        }
-        let file = self.sink.file().expect("a part is encoded into a file");
-        file.writers.as_mut().expect("in progress")[task.field] = task.writers;
-        if let Err(e) = result {
-            self.failed.get_or_insert(e.into());
-            return;
-        }
-        let Some((batch, next)) = &self.part else {
-            return;
-        };
-        if *next == batch.num_columns() && self.out == 0 {
-            let rows = batch.num_rows();
-            self.part = None;
-            if let Err(e) = file.wrote(rows) {
-                self.failed.get_or_insert(e.into());
-                return;
-            }
-            self.advance();
-        }
-    }
-
-    /// Starts encoding the waiting batch when no part is in progress.
-    fn advance(&mut self) {
-        if self.part.is_some() || self.failed.is_some() {
-            return;
-        }
-        let Some(file) = self.sink.file() else {
-            return;
-        };
-        match file.next_part(&mut self.waiting) {
-            Ok(part) => {
-                let cost = &self.cost;
-                self.order
-                    .sort_by(|&a, &b| cost[b].total_cmp(&cost[a]).then(a.cmp(&b)));
-                self.part = part.map(|p| (p, 0));
-            }
-            Err(e) => {
-                self.failed.get_or_insert(e.into());
-            }
-        }
-    }
-
     /// Every thread should stop.
     fn stopped(&self) -> bool {
         self.abandoned || self.failed.is_some()
     }
 
     /// Nothing is left to encode, and nothing will come.
-    fn done(&self) -> bool {
-        self.decoded && self.part.is_none() && self.waiting.is_none()
+    fn done(&mut self) -> bool {
+        self.decoded && self.sink.file().is_none_or(|f| f.idle())
+    }
+
+    /// A decoded batch may be given.
+    fn ready(&mut self) -> bool {
+        self.sink.file().is_none_or(|f| f.ready())
     }
 }
 
@@ -344,28 +463,28 @@ impl<S: Sink> Shared<S> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Encodes fields of the part in progress until `enough` says so or everything stops;
-    /// `false` when it stopped.
+    /// Encodes fields until `enough` says so or everything stops; `false` when it stopped.
     fn help<'a>(
         &'a self,
         mut guard: MutexGuard<'a, State<S>>,
-        enough: impl Fn(&State<S>) -> bool,
+        enough: impl Fn(&mut State<S>) -> bool,
     ) -> (MutexGuard<'a, State<S>>, bool) {
         loop {
             if guard.stopped() {
                 return (guard, false);
             }
-            if enough(&guard) {
+            if enough(&mut guard) {
                 return (guard, true);
             }
-            match guard.take() {
-                Some(mut task) => {
+            match guard.sink.file().and_then(Columns::take) {
+                Some(task) => {
                     drop(guard);
-                    let began = std::time::Instant::now();
-                    let result = encode(&task.description, &task.column, &mut task.writers);
-                    let took = began.elapsed();
+                    let done = task.run();
                     guard = self.lock();
-                    guard.give_back(task, result, took);
+                    let file = guard.sink.file().expect("tasks come from the file");
+                    if let Err(e) = file.give_back(done) {
+                        guard.failed.get_or_insert(e.into());
+                    }
                     self.changed.notify_all();
                 }
                 None => guard = self.wait(guard),
@@ -389,14 +508,14 @@ impl<S: Sink> Drop for Leaving<'_, S> {
 }
 
 /// Runs `decode` on this thread, giving it the callback that encodes each batch into
-/// `sink` on this thread and `threads - 1` others (see the module's documentation).
-/// Returns `decode`'s result and the sink, whose file is complete up to the last batch.
+/// `sink` on this thread and `threads - 1` others (see the module's documentation): the
+/// decoding thread encodes only while a decoded batch waits. Returns `decode`'s result and
+/// the sink, whose file holds every batch.
 ///
 /// An error of the encoding wins over `decode`'s (which then is only that the encoder
 /// stopped); after a decoding error the other threads stop without finishing.
 pub(super) fn encode_beside<S: Sink, T>(
     sink: S,
-    fields: usize,
     threads: usize,
     decode: impl FnOnce(
         &mut dyn FnMut(&RecordBatch) -> Result<(), ConvertError>,
@@ -405,11 +524,6 @@ pub(super) fn encode_beside<S: Sink, T>(
     let shared = Shared {
         state: Mutex::new(State {
             sink,
-            part: None,
-            out: 0,
-            cost: vec![0.0; fields],
-            order: (0..fields).collect(),
-            waiting: None,
             decoded: false,
             abandoned: false,
             failed: None,
@@ -424,8 +538,7 @@ pub(super) fn encode_beside<S: Sink, T>(
             .map(|_| {
                 scope.spawn(|| {
                     let leaving = Leaving(&shared, false);
-                    let (guard, _) = shared.help(shared.lock(), State::done);
-                    drop(guard);
+                    drop(shared.help(shared.lock(), State::done));
                     drop(leaving);
                 })
             })
@@ -442,12 +555,15 @@ pub(super) fn encode_beside<S: Sink, T>(
                 }
                 // A decoded batch is waiting already: encode beside the other threads until
                 // it is taken up, rather than decode another.
-                let (mut state, going) = shared.help(state, |s| s.waiting.is_none());
+                let (mut state, going) = shared.help(state, State::ready);
                 if !going {
                     return Err(stopped());
                 }
-                state.waiting = Some(batch.clone());
-                state.advance();
+                let file = state.sink.file().expect("written above");
+                file.waiting = Some(batch.clone());
+                if let Err(e) = file.admit() {
+                    state.failed.get_or_insert(e.into());
+                }
                 drop(state);
                 shared.changed.notify_all();
                 Ok(())
@@ -457,8 +573,7 @@ pub(super) fn encode_beside<S: Sink, T>(
             if decoded.is_err() {
                 state.abandoned = true;
             } else {
-                // Help the others with what is left.
-                state = shared.help(state, State::done).0;
+                state = shared.help(state, State::done).0; // help with what is left
             }
             drop(state);
             drop(leaving);
@@ -563,24 +678,30 @@ mod tests {
         batches.iter().try_for_each(each)
     }
 
+    /// `batches` written by `ArrowWriter`: the file, and its row groups.
+    fn arrow_writer(
+        schema: &SchemaRef,
+        batches: &[RecordBatch],
+        options: ArrowWriterOptions,
+    ) -> (Vec<u8>, Vec<parquet::file::metadata::RowGroupMetaData>) {
+        let mut out = Vec::new();
+        let mut writer =
+            ArrowWriter::try_new_with_options(&mut out, schema.clone(), options).unwrap();
+        for batch in batches {
+            writer.write(batch).unwrap();
+        }
+        let row_groups = writer.close().unwrap().row_groups().to_vec();
+        (out, row_groups)
+    }
+
     #[test]
-    fn the_file_is_the_one_arrow_writer_writes_whatever_the_threads() {
+    fn the_file_is_the_same_whatever_the_threads() {
         let (schema, batches) = batches();
-        // Row groups closed by rows (2,000), by bytes (24 KiB: after a batch that passes
-        // it, or splitting one whose rows would), and by both.
+        // Row groups closed by rows (2,000), by bytes (24 KiB: after a part that passes
+        // it, or splitting a batch whose rows would), and by both.
         for (max_rows, max_bytes) in [(2_000, 1 << 30), (1 << 30, 24 << 10), (2_000, 24 << 10)] {
-            let mut arrow = Vec::new();
-            let mut writer = ArrowWriter::try_new_with_options(
-                &mut arrow,
-                schema.clone(),
-                options(max_rows, max_bytes),
-            )
-            .unwrap();
-            for batch in &batches {
-                writer.write(batch).unwrap();
-            }
-            let row_groups = writer.close().unwrap().num_row_groups();
-            assert!(row_groups > 4, "{row_groups} row groups");
+            let (arrow, arrow_groups) =
+                arrow_writer(&schema, &batches, options(max_rows, max_bytes));
 
             let mut serial = Vec::new();
             let mut file =
@@ -588,26 +709,70 @@ mod tests {
             for batch in &batches {
                 file.write(batch).unwrap();
             }
-            assert_eq!(file.close().unwrap(), row_groups);
+            let row_groups = file.close().unwrap();
+            let limits = format!("limits {max_rows} rows, {max_bytes} bytes");
+            if max_bytes == 1 << 30 {
+                // Closed by rows alone, the row groups are ArrowWriter's.
+                assert!(serial == arrow, "{limits}");
+            } else {
+                // By bytes, a part later than ArrowWriter at most: here, where a batch of 900
+                // rows takes up to two thirds of a row group, up to a fifth fewer row groups
+                // and up to twice as large.
+                let groups = parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(
+                    serial.clone(),
+                ))
+                .map(|r| {
+                    parquet::file::reader::FileReader::metadata(&r)
+                        .row_groups()
+                        .to_vec()
+                })
+                .unwrap();
+                assert!(groups.len() > 4, "{limits}: {} row groups", groups.len());
+                assert!(
+                    groups.len() * 5 >= arrow_groups.len() * 4,
+                    "{limits}: {} row groups, ArrowWriter {}",
+                    groups.len(),
+                    arrow_groups.len()
+                );
+                let largest = |g: &[parquet::file::metadata::RowGroupMetaData]| {
+                    g.iter().map(|g| g.compressed_size()).max().unwrap()
+                };
+                assert!(
+                    largest(&groups) <= largest(&arrow_groups) * 2,
+                    "{limits}: {} bytes, ArrowWriter {}",
+                    largest(&groups),
+                    largest(&arrow_groups)
+                );
+            }
             assert!(
-                serial == arrow,
-                "one thread, limits {max_rows} rows, {max_bytes} bytes"
+                groups_rows(&serial).iter().all(|&r| r <= max_rows as i64),
+                "{limits}"
             );
 
-            for threads in [2, 3] {
+            // Threads take the columns in any order: the same file every time.
+            for threads in [2, 3, 3, 3, 3, 3, 3, 3, 3, 3] {
                 let mut out = Vec::new();
                 let file = File(
                     Columns::new(&mut out, schema.clone(), options(max_rows, max_bytes)).unwrap(),
                 );
                 let ((), File(file)) =
-                    encode_beside(file, 3, threads, |each| feed(&batches, each)).unwrap();
+                    encode_beside(file, threads, |each| feed(&batches, each)).unwrap();
                 assert_eq!(file.close().unwrap(), row_groups);
-                assert!(
-                    out == arrow,
-                    "{threads} threads, limits {max_rows} rows, {max_bytes} bytes"
-                );
+                assert!(out == serial, "{threads} threads, {limits}");
             }
         }
+    }
+
+    /// Rows of each row group of a Parquet file.
+    fn groups_rows(file: &[u8]) -> Vec<i64> {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let reader = SerializedFileReader::new(bytes::Bytes::from(file.to_vec())).unwrap();
+        reader
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|g| g.num_rows())
+            .collect()
     }
 
     #[test]
@@ -617,7 +782,7 @@ mod tests {
         let (mut out1, mut out2, mut out3) = (Vec::new(), Vec::new(), Vec::new());
 
         // Decoding fails: its error, after the encoding threads stopped.
-        let failed = encode_beside(file(&mut out1), 3, 2, |each| {
+        let failed = encode_beside(file(&mut out1), 2, |each| {
             feed(&batches[..10], each)?;
             Err::<(), _>(ConvertError::parse(Some(7), None, "bad"))
         });
@@ -626,7 +791,7 @@ mod tests {
         // Decoding panics: the panic, not a thread waiting forever.
         let sink = file(&mut out2);
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            encode_beside(sink, 3, 2, |each| {
+            encode_beside(sink, 2, |each| {
                 feed(&batches[..10], each)?;
                 panic!("decoder");
                 #[allow(unreachable_code)]
@@ -650,7 +815,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let failed = encode_beside(file(&mut out3), 3, 2, |each| {
+        let failed = encode_beside(file(&mut out3), 2, |each| {
             feed(&batches[..5], each)?;
             each(&wrong)?;
             feed(&batches, each)

@@ -188,7 +188,8 @@ pub struct ConvertSpec {
     /// ≈2 MB of text twice over, once here and once in the decoder).
     pub batch_bytes: usize,
     /// Rows per Parquet row group at most (default 1,048,576); a row group is also
-    /// closed when its estimated encoded size reaches `row_group_bytes`.
+    /// closed when its estimated encoded size reaches `row_group_bytes` (estimated a batch
+    /// late, so that two batches can be encoded at once: it may pass it by about a batch).
     pub row_group_rows: usize,
     /// Encoded bytes at which a row group is closed (default [`DEFAULT_ROW_GROUP_BYTES`]).
     pub row_group_bytes: usize,
@@ -462,9 +463,7 @@ pub fn convert<R: Read, W: Write + Send>(
     // (see `columns`): one batch waits between them at most, so memory grows by a batch,
     // not by the file.
     let (mut stats, encoder) =
-        columns::encode_beside(encoder, spec.schema.fields().len(), spec.threads, |each| {
-            decode(input, spec, each)
-        })?;
+        columns::encode_beside(encoder, spec.threads, |each| decode(input, spec, each))?;
     stats.row_groups = encoder.close()?;
     Ok(stats)
 }
@@ -1283,7 +1282,7 @@ mod tests {
             r#"[{"name":"s","type":"string","nullable":false},{"name":"n","type":"int64"}]"#,
         );
         spec.threads = 1; // the spill counter is the encoding thread's
-        spec.row_group_bytes = 1 << 20;
+        spec.row_group_bytes = 1 << 19;
         let value = |i: u64| format!("{:016x}", i.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let input: String = (0..100_000u64)
             .map(|i| format!("{},{}\n", value(i), i % 7))

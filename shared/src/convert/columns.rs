@@ -17,6 +17,9 @@
 //! only for the same column of the older. The decisions depend on the rows alone, never
 //! on which thread encoded what or when, so a file is the same bytes whatever the number
 //! of threads.
+//!
+//! Memory: two parts are encoded at once and one decoded batch waits at most (the decoding
+//! thread encodes instead of decoding another), besides the batch being decoded.
 
 use std::collections::VecDeque;
 use std::io::Write;

@@ -460,8 +460,8 @@ pub fn convert<R: Read, W: Write + Send>(
         return Ok(stats);
     }
     // This thread decodes, and the columns of each batch are encoded on it and the others
-    // (see `columns`): one batch waits between them at most, so memory grows by a batch,
-    // not by the file.
+    // (see `columns`): two batches are encoded at once and one more waits at most, so
+    // memory grows by a few batches, not by the file.
     let (mut stats, encoder) =
         columns::encode_beside(encoder, spec.threads, |each| decode(input, spec, each))?;
     stats.row_groups = encoder.close()?;

@@ -48,8 +48,6 @@ pub(super) struct Columns<W: Write + Send> {
     max_bytes: Option<usize>,
     /// Row groups not yet written, oldest first; parts go to the last unless it is closed.
     groups: VecDeque<Group>,
-    /// Row groups started.
-    started: usize,
     /// Parts being encoded, oldest first (two at most).
     parts: VecDeque<Part>,
     /// A batch, or what remains of one, waiting for its first rows to become a part.
@@ -107,7 +105,7 @@ struct Complete {
 }
 
 /// One field of one part, to encode on any thread.
-pub(super) struct Task {
+struct Task {
     part: u64,
     group: usize,
     field: usize,
@@ -117,7 +115,7 @@ pub(super) struct Task {
 }
 
 /// A [`Task`] done: the writers back, and what it took.
-pub(super) struct Done {
+struct Done {
     task: Task,
     result: Result<()>,
     took: Duration,
@@ -127,7 +125,7 @@ pub(super) struct Done {
 
 impl Task {
     /// Encodes the column.
-    pub(super) fn run(mut self) -> Done {
+    fn run(mut self) -> Done {
         let began = Instant::now();
         let result = (|| {
             let leaves = compute_leaves(&self.description, &self.column)?;
@@ -176,7 +174,6 @@ impl<W: Write + Send> Columns<W> {
             max_rows,
             max_bytes,
             groups: VecDeque::new(),
-            started: 0,
             parts: VecDeque::new(),
             waiting: None,
             made: 0,
@@ -224,12 +221,11 @@ impl<W: Write + Send> Columns<W> {
                     group.closed = true;
                 }
                 self.flush_ready()?;
-                let mut writers = self
-                    .factory
-                    .create_column_writers(self.started)?
-                    .into_iter();
+                // Row groups written, and those not yet.
+                let number = self.file.flushed_row_groups().len() + self.groups.len();
+                let mut writers = self.factory.create_column_writers(number)?.into_iter();
                 self.groups.push_back(Group {
-                    number: self.started,
+                    number,
                     writers: self
                         .leaves
                         .iter()
@@ -239,9 +235,8 @@ impl<W: Write + Send> Columns<W> {
                     encoding: 0,
                     closed: false,
                 });
-                self.started += 1;
             }
-            let group = self.groups.back_mut().expect("started above");
+            let group = self.groups.back_mut().expect("made above");
             group.rows += take;
             group.encoding += 1;
             let fields = self.leaves.len();
@@ -721,15 +716,7 @@ mod tests {
                 // By bytes, a part later than ArrowWriter at most: here, where a batch of 900
                 // rows takes up to two thirds of a row group, up to a fifth fewer row groups
                 // and up to twice as large.
-                let groups = parquet::file::reader::SerializedFileReader::new(bytes::Bytes::from(
-                    serial.clone(),
-                ))
-                .map(|r| {
-                    parquet::file::reader::FileReader::metadata(&r)
-                        .row_groups()
-                        .to_vec()
-                })
-                .unwrap();
+                let groups = row_groups_of(&serial);
                 assert!(groups.len() > 4, "{limits}: {} row groups", groups.len());
                 assert!(
                     groups.len() * 5 >= arrow_groups.len() * 4,
@@ -748,7 +735,9 @@ mod tests {
                 );
             }
             assert!(
-                groups_rows(&serial).iter().all(|&r| r <= max_rows as i64),
+                row_groups_of(&serial)
+                    .iter()
+                    .all(|g| g.num_rows() <= max_rows as i64),
                 "{limits}"
             );
 
@@ -766,16 +755,11 @@ mod tests {
         }
     }
 
-    /// Rows of each row group of a Parquet file.
-    fn groups_rows(file: &[u8]) -> Vec<i64> {
+    /// The row groups of a Parquet file.
+    fn row_groups_of(file: &[u8]) -> Vec<parquet::file::metadata::RowGroupMetaData> {
         use parquet::file::reader::{FileReader, SerializedFileReader};
         let reader = SerializedFileReader::new(bytes::Bytes::from(file.to_vec())).unwrap();
-        reader
-            .metadata()
-            .row_groups()
-            .iter()
-            .map(|g| g.num_rows())
-            .collect()
+        reader.metadata().row_groups().to_vec()
     }
 
     #[test]

@@ -778,6 +778,10 @@ pub type Split<'a> =
 /// groups closed at 8 MiB), or discarded when `aside` is `None`. Each file's columns are
 /// encoded as [`convert`] chooses, from its own first rows. Row-level bookmark keys use
 /// it (see [`crate::bookmark`]).
+///
+/// With [`ConvertSpec::threads`] above 1, `output`'s columns are encoded on all the
+/// threads as in [`convert`] (the same bytes whatever the number); `split` and `aside`'s
+/// writer run on the decoding thread.
 pub fn convert_split<R: Read, W: Write + Send, A: Write + Send>(
     input: R,
     spec: &ConvertSpec,
@@ -796,7 +800,14 @@ pub fn convert_split<R: Read, W: Write + Send, A: Write + Send>(
         }
         Ok(kept)
     };
-    let mut stats = decode_with(input, spec, &mut keep, |batch| encoder.write(batch))?;
+    let (mut stats, encoder) = if spec.threads < 2 {
+        let stats = decode_with(input, spec, &mut keep, |batch| encoder.write(batch))?;
+        (stats, encoder)
+    } else {
+        columns::encode_beside(encoder, spec.threads, |each| {
+            decode_with(input, spec, &mut keep, each)
+        })?
+    };
     stats.row_groups = encoder.close()?;
     if let Some(e) = aside {
         e.close()?;
@@ -1553,6 +1564,76 @@ mod tests {
                 parse_error(&bad, &spec),
                 r#"line 20002: column "id": cannot parse "2000x" as int64"#
             );
+        }
+    }
+
+    #[test]
+    fn a_split_conversion_is_the_same_whatever_the_threads() {
+        let (csv, mut spec) = orders(30_000);
+        spec.row_group_rows = 10_000;
+        // Rows whose id ends in 7 are set aside; a batch holding row 25,000 fails when
+        // `fail` says so.
+        let run = |spec: &ConvertSpec, fail: bool| {
+            let (mut kept, mut aside) = (Vec::new(), Vec::new());
+            let mut split = |b: &RecordBatch| {
+                let ids = arrow_array::cast::AsArray::as_primitive::<arrow_array::types::Int64Type>(
+                    b.column(0),
+                );
+                if fail && ids.values().contains(&25_000) {
+                    return Err(ConvertError::parse(None, None, "split failed"));
+                }
+                let rows = |aside: bool| {
+                    let keep = ids.values().iter().map(|i| Some((i % 10 == 7) == aside));
+                    let keep = arrow_array::BooleanArray::from_iter(keep);
+                    arrow_select::filter::filter_record_batch(b, &keep).unwrap()
+                };
+                Ok((rows(false), Some(rows(true))))
+            };
+            convert_split(
+                csv.as_bytes(),
+                spec,
+                &mut kept,
+                &mut split,
+                Some(&mut aside),
+            )
+            .map(|stats| (stats, kept, aside))
+        };
+        let mut files = Vec::new();
+        for threads in [1, 2, 3] {
+            spec.threads = threads;
+            let (stats, kept, aside) = run(&spec, false).unwrap();
+            assert_eq!(
+                (stats.rows, stats.row_groups),
+                (27_000, 3),
+                "{threads} threads"
+            );
+            // 0 + 1 + … + 29,999 less the 3,000 ids ending in 7 (their sum: 3,000 × 7 +
+            // 10 × (0 + … + 2,999)).
+            assert_eq!(
+                stats.sums["id"].to_string(),
+                (449_985_000 - 21_000 - 44_985_000).to_string()
+            );
+            let ids = |file: &Vec<u8>| -> Vec<String> {
+                read_parquet(file.clone())
+                    .rows
+                    .into_iter()
+                    .map(|r| r[0].clone())
+                    .collect()
+            };
+            let (kept_ids, aside_ids) = (ids(&kept), ids(&aside));
+            assert_eq!((kept_ids.len(), aside_ids.len()), (27_000, 3_000));
+            assert!(kept_ids.iter().all(|i| !i.ends_with('7')));
+            assert!(aside_ids.iter().all(|i| i.ends_with('7')));
+            files.push((kept, aside));
+        }
+        assert!(
+            files[0] == files[1] && files[1] == files[2],
+            "byte for byte"
+        );
+        for threads in [1, 2] {
+            spec.threads = threads;
+            let error = run(&spec, true).expect_err("the split fails");
+            assert_eq!(error.to_string(), "split failed", "{threads} threads");
         }
     }
 

@@ -453,17 +453,27 @@ pub fn convert<R: Read, W: Write + Send>(
     spec: &ConvertSpec,
     output: W,
 ) -> Result<ConvertStats, ConvertError> {
-    let mut encoder = Encoder::new(output, spec)?;
-    if spec.threads < 2 {
-        let mut stats = decode(input, spec, |batch| encoder.write(batch))?;
-        stats.row_groups = encoder.close()?;
-        return Ok(stats);
-    }
-    // This thread decodes, and the columns of each batch are encoded on it and the others
-    // (see `columns`): two batches are encoded at once and one more waits at most, so
-    // memory grows by a few batches, not by the file.
-    let (mut stats, encoder) =
-        columns::encode_beside(encoder, spec.threads, |each| decode(input, spec, each))?;
+    decode_into(input, spec, Ok, Encoder::new(output, spec)?)
+}
+
+/// [`decode_with`] into `encoder`, which is then closed: on this thread, or with
+/// [`ConvertSpec::threads`] above 1, this thread decoding and the columns of each batch
+/// encoded on it and the others (see `columns`): two batches are encoded at once and one
+/// more waits at most, so memory grows by a few batches, not by the file.
+fn decode_into<R: Read, W: Write + Send>(
+    input: R,
+    spec: &ConvertSpec,
+    mut keep: impl FnMut(RecordBatch) -> Result<RecordBatch, ConvertError>,
+    mut encoder: Encoder<'_, W>,
+) -> Result<ConvertStats, ConvertError> {
+    let (mut stats, encoder) = if spec.threads < 2 {
+        let stats = decode_with(input, spec, &mut keep, |batch| encoder.write(batch))?;
+        (stats, encoder)
+    } else {
+        columns::encode_beside(encoder, spec.threads, |each| {
+            decode_with(input, spec, &mut keep, each)
+        })?
+    };
     stats.row_groups = encoder.close()?;
     Ok(stats)
 }
@@ -789,26 +799,18 @@ pub fn convert_split<R: Read, W: Write + Send, A: Write + Send>(
     split: &mut Split<'_>,
     aside: Option<A>,
 ) -> Result<ConvertStats, ConvertError> {
-    let mut encoder = Encoder::new(output, spec)?;
+    let encoder = Encoder::new(output, spec)?;
     let mut aside = aside
         .map(|a| Encoder::with_row_group_bytes(a, spec, 8 << 20))
         .transpose()?;
-    let mut keep = |batch: RecordBatch| {
+    let keep = |batch: RecordBatch| {
         let (kept, set_aside) = split(&batch)?;
         if let (Some(e), Some(b)) = (aside.as_mut(), set_aside) {
             e.write(&b)?;
         }
         Ok(kept)
     };
-    let (mut stats, encoder) = if spec.threads < 2 {
-        let stats = decode_with(input, spec, &mut keep, |batch| encoder.write(batch))?;
-        (stats, encoder)
-    } else {
-        columns::encode_beside(encoder, spec.threads, |each| {
-            decode_with(input, spec, &mut keep, each)
-        })?
-    };
-    stats.row_groups = encoder.close()?;
+    let stats = decode_into(input, spec, keep, encoder)?;
     if let Some(e) = aside {
         e.close()?;
     }

@@ -23,24 +23,30 @@
 
 use std::collections::VecDeque;
 use std::io::Write;
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{FieldRef, SchemaRef};
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_writer::{
-    ArrowColumnWriter, ArrowRowGroupWriterFactory, ArrowWriterOptions, compute_leaves,
+    ArrowRowGroupWriterFactory, ArrowWriterOptions, compute_leaves,
 };
-use parquet::errors::Result;
+use parquet::basic::Compression;
+use parquet::errors::{ParquetError, Result};
+use parquet::file::properties::{WriterProperties, WriterVersion};
 use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::types::ColumnPath;
 
 use super::ConvertError;
+use super::pages::{ChunkWriter, PageStores};
 
 /// A Parquet file being written a column at a time.
 pub(super) struct Columns<W: Write + Send> {
     file: SerializedFileWriter<W>,
     factory: ArrowRowGroupWriterFactory,
+    /// The factory's page stores.
+    stores: Arc<PageStores>,
     schema: SchemaRef,
     /// Leaf columns of each field (one for a flat field).
     leaves: Vec<usize>,
@@ -69,7 +75,7 @@ struct Group {
     /// Its index in the file.
     number: usize,
     /// Its writers by field (a field's are out of their place while a thread encodes it).
-    writers: Vec<Vec<ArrowColumnWriter>>,
+    writers: Vec<Vec<ChunkWriter>>,
     /// Rows of its parts.
     rows: usize,
     /// Its parts not yet complete.
@@ -111,7 +117,7 @@ struct Task {
     field: usize,
     description: FieldRef,
     column: ArrayRef,
-    writers: Vec<ArrowColumnWriter>,
+    writers: Vec<ChunkWriter>,
 }
 
 /// A [`Task`] done: the writers back, and what it took.
@@ -135,11 +141,7 @@ impl Task {
             Ok(())
         })();
         let took = began.elapsed();
-        let estimate = self
-            .writers
-            .iter()
-            .map(ArrowColumnWriter::get_estimated_total_bytes)
-            .sum();
+        let estimate = self.writers.iter().map(ChunkWriter::estimated_bytes).sum();
         Done {
             task: self,
             result,
@@ -150,11 +152,60 @@ impl Task {
 }
 
 impl<W: Write + Send> Columns<W> {
-    /// A file of `schema` written to `output` as an `ArrowWriter` with `options` writes it
-    /// (the same metadata, properties and page stores).
-    pub(super) fn new(output: W, schema: SchemaRef, options: ArrowWriterOptions) -> Result<Self> {
+    /// A file of `schema` written to `output` as an `ArrowWriter` with `properties` writes
+    /// it, its finished pages held in memory up to `page_memory_bytes` between its columns
+    /// (see [`super::pages`]). Pages to be compressed with zstd (version 1 data pages, one
+    /// codec for the file) are compressed by the page stores, not by arrow-rs's writers.
+    pub(super) fn new(
+        output: W,
+        schema: SchemaRef,
+        properties: WriterProperties,
+        page_memory_bytes: usize,
+    ) -> Result<Self> {
+        Self::with_stores_compressing(output, schema, properties, page_memory_bytes, true)
+    }
+
+    /// [`Columns::new`], the pages compressed by arrow-rs's writers unless `stores`.
+    fn with_stores_compressing(
+        output: W,
+        schema: SchemaRef,
+        properties: WriterProperties,
+        page_memory_bytes: usize,
+        stores: bool,
+    ) -> Result<Self> {
+        let level = match properties.compression(&ColumnPath::new(Vec::new())) {
+            Compression::ZSTD(level)
+                if stores && properties.writer_version() == WriterVersion::PARQUET_1_0 =>
+            {
+                Some(level)
+            }
+            _ => None,
+        };
+        let properties = match level {
+            Some(_) => properties
+                .into_builder()
+                .set_compression(Compression::UNCOMPRESSED)
+                .build(),
+            None => properties,
+        };
+        let stores = Arc::new(PageStores::new(page_memory_bytes, level));
+        let options = ArrowWriterOptions::new()
+            .with_properties(properties)
+            .with_page_store_factory(stores.clone());
         let (file, factory) = ArrowWriter::try_new_with_options(output, schema.clone(), options)?
             .into_serialized_writer()?;
+        if level.is_some()
+            && let Some(column) = file
+                .schema_descr()
+                .columns()
+                .iter()
+                .find(|c| file.properties().compression(c.path()) != Compression::UNCOMPRESSED)
+        {
+            return Err(ParquetError::General(format!(
+                "column {}: a codec of its own beside the file's zstd",
+                column.path()
+            )));
+        }
         let descriptor = file.schema_descr();
         let mut leaves = vec![0; schema.fields().len()];
         for leaf in 0..descriptor.num_columns() {
@@ -169,6 +220,7 @@ impl<W: Write + Send> Columns<W> {
         Ok(Self {
             file,
             factory,
+            stores,
             schema,
             leaves,
             max_rows,
@@ -223,7 +275,7 @@ impl<W: Write + Send> Columns<W> {
                 self.flush_ready()?;
                 // Row groups written, and those not yet.
                 let number = self.file.flushed_row_groups().len() + self.groups.len();
-                let mut writers = self.factory.create_column_writers(number)?.into_iter();
+                let mut writers = self.stores.writers(&self.factory, number)?.into_iter();
                 self.groups.push_back(Group {
                     number,
                     writers: self
@@ -386,7 +438,7 @@ impl<W: Write + Send> Columns<W> {
             let group = self.groups.pop_front().expect("checked above");
             let mut row_group = self.file.next_row_group()?;
             for writer in group.writers.into_iter().flatten() {
-                writer.close()?.append_to_row_group(&mut row_group)?;
+                writer.append_to(&mut row_group)?;
             }
             row_group.close()?;
         }
@@ -658,14 +710,17 @@ mod tests {
         (schema, batches)
     }
 
-    fn options(max_rows: usize, max_bytes: usize) -> ArrowWriterOptions {
-        ArrowWriterOptions::new().with_properties(
-            WriterProperties::builder()
-                .set_max_row_group_row_count(Some(max_rows))
-                .set_max_row_group_bytes(Some(max_bytes))
-                .set_data_page_size_limit(4096)
-                .build(),
-        )
+    fn properties(max_rows: usize, max_bytes: usize, codec: Compression) -> WriterProperties {
+        WriterProperties::builder()
+            .set_max_row_group_row_count(Some(max_rows))
+            .set_max_row_group_bytes(Some(max_bytes))
+            .set_data_page_size_limit(4096)
+            .set_compression(codec)
+            .build()
+    }
+
+    fn zstd() -> Compression {
+        Compression::ZSTD(parquet::basic::ZstdLevel::try_new(3).unwrap())
     }
 
     /// The batches given to `each` one by one.
@@ -680,11 +735,10 @@ mod tests {
     fn arrow_writer(
         schema: &SchemaRef,
         batches: &[RecordBatch],
-        options: ArrowWriterOptions,
+        properties: WriterProperties,
     ) -> (Vec<u8>, Vec<parquet::file::metadata::RowGroupMetaData>) {
         let mut out = Vec::new();
-        let mut writer =
-            ArrowWriter::try_new_with_options(&mut out, schema.clone(), options).unwrap();
+        let mut writer = ArrowWriter::try_new(&mut out, schema.clone(), Some(properties)).unwrap();
         for batch in batches {
             writer.write(batch).unwrap();
         }
@@ -697,18 +751,51 @@ mod tests {
         let (schema, batches) = batches();
         // Row groups closed by rows (2,000), by bytes (24 KiB: after a part that passes
         // it, or splitting a batch whose rows would), and by both.
-        for (max_rows, max_bytes) in [(2_000, 1 << 30), (1 << 30, 24 << 10), (2_000, 24 << 10)] {
-            let (arrow, arrow_groups) =
-                arrow_writer(&schema, &batches, options(max_rows, max_bytes));
+        for (codec, (max_rows, max_bytes)) in [Compression::UNCOMPRESSED, zstd()]
+            .into_iter()
+            .flat_map(|c| {
+                [(2_000, 1 << 30), (1 << 30, 24 << 10), (2_000, 24 << 10)].map(|l| (c, l))
+            })
+        {
+            let properties = || properties(max_rows, max_bytes, codec);
+            let (arrow, arrow_groups) = arrow_writer(&schema, &batches, properties());
 
-            let mut serial = Vec::new();
-            let mut file =
-                Columns::new(&mut serial, schema.clone(), options(max_rows, max_bytes)).unwrap();
-            for batch in &batches {
-                file.write(batch).unwrap();
+            let serial_with = |page_memory_bytes, stores| {
+                let mut out = Vec::new();
+                let mut file = Columns::with_stores_compressing(
+                    &mut out,
+                    schema.clone(),
+                    properties(),
+                    page_memory_bytes,
+                    stores,
+                )
+                .unwrap();
+                for batch in &batches {
+                    file.write(batch).unwrap();
+                }
+                let row_groups = file.close().unwrap();
+                (out, row_groups)
+            };
+            let (serial, row_groups) = serial_with(1 << 20, true);
+            let limits = format!("{codec}, limits {max_rows} rows, {max_bytes} bytes");
+            // Pages compressed by the stores or by arrow-rs's writers, kept in memory or in
+            // temporary files: the same bytes (and so the same row groups, closed by sizes
+            // measured after compression).
+            for (page_memory_bytes, stores) in [(0, true), (1 << 20, false), (0, false)] {
+                assert!(
+                    serial_with(page_memory_bytes, stores) == (serial.clone(), row_groups),
+                    "{limits}: stores compressing {stores}, {page_memory_bytes} bytes in memory"
+                );
             }
-            let row_groups = file.close().unwrap();
-            let limits = format!("limits {max_rows} rows, {max_bytes} bytes");
+            assert!(
+                row_groups_of(&serial)
+                    .iter()
+                    .flat_map(|g| g.columns())
+                    // (A file does not keep the level it was compressed at.)
+                    .all(|c| std::mem::discriminant(&c.compression())
+                        == std::mem::discriminant(&codec)),
+                "{limits}"
+            );
             if max_bytes == 1 << 30 {
                 // Closed by rows alone, the row groups are ArrowWriter's.
                 assert!(serial == arrow, "{limits}");
@@ -744,15 +831,53 @@ mod tests {
             // Threads take the columns in any order: the same file every time.
             for threads in [2, 3, 3, 3, 3, 3, 3, 3, 3, 3] {
                 let mut out = Vec::new();
-                let file = File(
-                    Columns::new(&mut out, schema.clone(), options(max_rows, max_bytes)).unwrap(),
-                );
+                let file =
+                    File(Columns::new(&mut out, schema.clone(), properties(), 1 << 20).unwrap());
                 let ((), File(file)) =
                     encode_beside(file, threads, |each| feed(&batches, each)).unwrap();
                 assert_eq!(file.close().unwrap(), row_groups);
                 assert!(out == serial, "{threads} threads, {limits}");
             }
         }
+    }
+
+    #[test]
+    fn row_groups_close_by_their_size_compressed() {
+        // Plain text that zstd shrinks to a fraction, in row groups closed at 64 KiB.
+        let (schema, batches) = batches();
+        let properties = |codec| {
+            WriterProperties::builder()
+                .set_max_row_group_bytes(Some(64 << 10))
+                .set_data_page_size_limit(4096)
+                .set_dictionary_enabled(false)
+                .set_compression(codec)
+                .build()
+        };
+        let write = |codec, stores| {
+            let mut out = Vec::new();
+            let mut file = Columns::with_stores_compressing(
+                &mut out,
+                schema.clone(),
+                properties(codec),
+                1 << 20,
+                stores,
+            )
+            .unwrap();
+            for batch in &batches {
+                file.write(batch).unwrap();
+            }
+            file.close().unwrap();
+            out
+        };
+        let plain = row_groups_of(&write(Compression::UNCOMPRESSED, true)).len();
+        let compressed = write(zstd(), true);
+        let groups = row_groups_of(&compressed).len();
+        assert!(
+            groups * 2 < plain,
+            "{groups} row groups compressed, {plain} not"
+        );
+        // The stores count a page at its compressed size, as arrow-rs's writers do.
+        assert!(compressed == write(zstd(), false));
     }
 
     /// The row groups of a Parquet file.
@@ -765,7 +890,17 @@ mod tests {
     #[test]
     fn a_failure_on_any_thread_stops_them_all() {
         let (schema, batches) = batches();
-        let file = |out| File(Columns::new(out, schema.clone(), options(2_000, 1 << 30)).unwrap());
+        let file = |out| {
+            File(
+                Columns::new(
+                    out,
+                    schema.clone(),
+                    properties(2_000, 1 << 30, zstd()),
+                    1 << 20,
+                )
+                .unwrap(),
+            )
+        };
         let (mut out1, mut out2, mut out3) = (Vec::new(), Vec::new(), Vec::new());
 
         // Decoding fails: its error, after the encoding threads stopped.

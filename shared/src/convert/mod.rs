@@ -5,7 +5,7 @@
 //! [`convert`] streams: the input is decompressed, parsed and encoded one batch at a
 //! time, and the Parquet writer closes a row group whenever it reaches
 //! [`ConvertSpec::row_group_rows`] rows or 64 MiB, keeping its pages in memory up to 4 MiB
-//! and in a temporary file beyond (see [`spill`]), so memory stays bounded whatever the
+//! and in a temporary file beyond (see [`pages`]), so memory stays bounded whatever the
 //! object's size. Input is untrusted: malformed bytes end in a [`ConvertError`] that
 //! says where (1-based physical line of the decompressed file, column), never in a
 //! panic; [`ConvertSpec::max_decoded_bytes`] stops decompression bombs, and
@@ -29,10 +29,10 @@ mod input;
 mod json;
 mod orc;
 // Not `mod parquet`, which would shadow the crate of that name here.
+mod pages;
 #[path = "parquet.rs"]
 pub(crate) mod parquet_input;
 pub mod reject;
-mod spill;
 mod stats;
 #[cfg(test)]
 mod testutil;
@@ -46,7 +46,6 @@ use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 use arrow_schema::{ArrowError, Schema, SchemaRef};
-use parquet::arrow::arrow_writer::ArrowWriterOptions;
 use parquet::basic::{Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
 use parquet::schema::types::ColumnPath;
@@ -529,7 +528,8 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
             let file = self.file.insert(Columns::new(
                 output,
                 self.spec.schema.clone(),
-                writer_options(self.spec, properties.build()),
+                properties.build(),
+                self.spec.page_memory_bytes,
             )?);
             for batch in &pending {
                 file.write(batch)?;
@@ -767,14 +767,6 @@ fn writer_builder(
         .set_max_row_group_bytes(Some(max_bytes))
         .set_dictionary_enabled(true)
         .set_statistics_enabled(EnabledStatistics::Page))
-}
-
-/// The options of a writer of `spec`'s output: `properties`, and its finished pages held
-/// in memory up to [`ConvertSpec::page_memory_bytes`] (see [`spill`]).
-fn writer_options(spec: &ConvertSpec, properties: WriterProperties) -> ArrowWriterOptions {
-    ArrowWriterOptions::new()
-        .with_properties(properties)
-        .with_page_store_factory(Arc::new(spill::PageStores::new(spec.page_memory_bytes)))
 }
 
 /// A row filter of [`convert_split`]: for each decoded batch, the rows to keep and the rows
@@ -1304,10 +1296,10 @@ mod tests {
         let mut outputs = Vec::new();
         for budget in [usize::MAX, 100 << 10, 0] {
             spec.page_memory_bytes = budget;
-            let before = spill::SPILLED.with(|s| s.get());
+            let before = pages::SPILLED.with(|s| s.get());
             let mut out = Vec::new();
             let stats = convert(input.as_bytes(), &spec, &mut out).unwrap();
-            let spilled = spill::SPILLED.with(|s| s.get()) - before;
+            let spilled = pages::SPILLED.with(|s| s.get()) - before;
             assert!(stats.row_groups >= 2, "{} row groups", stats.row_groups);
             match budget {
                 usize::MAX => assert_eq!(spilled, 0),

@@ -577,6 +577,18 @@ mod tests {
         parsed.with_compressed(&[0x2c, 0x00], len)
     }
 
+    fn pages(chunk: &mut Chunk) -> &mut Pages {
+        chunk.0.get_mut().unwrap()
+    }
+
+    /// Puts a page of `data` into `chunk` as a column writer does (its header, then its
+    /// data); the key of its data (its header's is the one before).
+    fn put(chunk: &mut Chunk, data: Bytes) -> usize {
+        let pages = pages(chunk);
+        pages.put(header(0, data.len())).unwrap();
+        pages.put(data).unwrap().get() as usize
+    }
+
     #[test]
     fn pages_past_the_budget_wait_in_a_file_and_come_back_whole() {
         let spilled = || SPILLED.with(|s| s.get());
@@ -584,52 +596,30 @@ mod tests {
         // Headers of 8 bytes and data of 4: two pages fit a budget of 24 bytes.
         let stores = PageStores::new(24, None);
         let (mut a, mut b) = (stores.chunk(), stores.chunk());
-        let pages: Vec<Bytes> = (0..6u8).map(|i| Bytes::from(vec![i; 4])).collect();
-        let keys: Vec<_> = pages
+        let data: Vec<Bytes> = (0..6u8).map(|i| Bytes::from(vec![i; 4])).collect();
+        let keys: Vec<_> = data
             .iter()
             .enumerate()
-            .map(|(i, p)| {
-                let s = (if i % 2 == 0 { &mut a } else { &mut b })
-                    .0
-                    .get_mut()
-                    .unwrap();
-                s.put(header(0, 4)).unwrap();
-                s.put(p.clone()).unwrap().get() as usize
-            })
+            .map(|(i, d)| put(if i % 2 == 0 { &mut a } else { &mut b }, d.clone()))
             .collect();
-        let size = |c: &mut Chunk| c.0.get_mut().unwrap().resident;
         assert_eq!(spilled() - before, 4 * 12);
-        assert_eq!(size(&mut a) + size(&mut b), 24);
-        for (i, key) in keys.iter().enumerate().rev() {
-            let s = (if i % 2 == 0 { &mut a } else { &mut b })
-                .0
-                .get_mut()
-                .unwrap();
-            assert_eq!(s.take(*key).unwrap(), pages[i]);
-            assert_eq!(s.take(*key - 1).unwrap(), header(0, 4));
+        assert_eq!(pages(&mut a).resident + pages(&mut b).resident, 24);
+        for (i, &key) in keys.iter().enumerate().rev() {
+            let chunk = pages(if i % 2 == 0 { &mut a } else { &mut b });
+            assert_eq!(chunk.take(key).unwrap(), data[i]);
+            assert_eq!(chunk.take(key - 1).unwrap(), header(0, 4));
         }
-        assert_eq!(size(&mut a) + size(&mut b), 0);
-        assert!(
-            a.0.get_mut().unwrap().take(keys[0]).is_err(),
-            "a page is taken once"
-        );
+        assert_eq!(pages(&mut a).resident + pages(&mut b).resident, 0);
+        assert!(pages(&mut a).take(keys[0]).is_err(), "a page is taken once");
         // What the stores gave back is free for the next ones.
         let mut c = stores.chunk();
-        c.0.get_mut().unwrap().put(header(0, 16)).unwrap();
-        c.0.get_mut()
-            .unwrap()
-            .put(Bytes::from(vec![9; 16]))
-            .unwrap();
-        assert_eq!((size(&mut c), spilled() - before), (24, 48));
+        put(&mut c, Bytes::from(vec![9; 16]));
+        assert_eq!((pages(&mut c).resident, spilled() - before), (24, 48));
         drop(c);
         let mut d = stores.chunk();
-        d.0.get_mut().unwrap().put(header(0, 16)).unwrap();
-        d.0.get_mut()
-            .unwrap()
-            .put(Bytes::from(vec![9; 16]))
-            .unwrap();
+        put(&mut d, Bytes::from(vec![9; 16]));
         assert_eq!(
-            (size(&mut d), spilled() - before),
+            (pages(&mut d).resident, spilled() - before),
             (24, 48),
             "a dropped store's pages are freed"
         );
@@ -640,13 +630,13 @@ mod tests {
         let level = ZstdLevel::try_new(3).unwrap();
         let stores = PageStores::new(1 << 20, Some(level));
         let mut chunk = stores.chunk();
-        let pages = chunk.0.get_mut().unwrap();
+        let stored = pages(&mut chunk);
         let data = Bytes::from(b"tidemark ".repeat(1000));
-        pages
+        stored
             .put(header(PageHeader::DICTIONARY_PAGE, data.len()))
             .unwrap();
-        pages.put(data.clone()).unwrap();
-        let (stored_header, stored_data) = (pages.take(0).unwrap(), pages.take(1).unwrap());
+        stored.put(data.clone()).unwrap();
+        let (stored_header, stored_data) = (stored.take(0).unwrap(), stored.take(1).unwrap());
         assert_eq!(
             zstd::bulk::decompress(&stored_data, data.len()).unwrap(),
             data
@@ -657,11 +647,11 @@ mod tests {
             (PageHeader::DICTIONARY_PAGE, 9000, stored_data.len())
         );
         assert_eq!(&stored_header[parsed.rest..], &[0x2c, 0x00]);
-        assert!(pages.pages[0].dictionary);
+        assert!(stored.pages[0].dictionary);
         assert_eq!(
-            (pages.given, pages.stored),
+            (stored.given, stored.stored),
             (
-                (header(2, 9000).len() + 9000) as u64,
+                (header(PageHeader::DICTIONARY_PAGE, 9000).len() + 9000) as u64,
                 (stored_header.len() + stored_data.len()) as u64
             )
         );
@@ -677,9 +667,11 @@ mod tests {
             (Bytes::from_static(&[0x16, 0x00]), "another first field"),
         ] {
             let mut chunk = stores.chunk();
-            let pages = chunk.0.get_mut().unwrap();
-            pages.put(bad).unwrap();
-            assert!(pages.put(Bytes::from(vec![1; 4])).is_err(), "{why}");
+            pages(&mut chunk).put(bad).unwrap();
+            assert!(
+                pages(&mut chunk).put(Bytes::from(vec![1; 4])).is_err(),
+                "{why}"
+            );
         }
     }
 }

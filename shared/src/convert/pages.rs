@@ -81,8 +81,6 @@ impl PageStores {
             file_len: 0,
             header: None,
             pages: Vec::new(),
-            given: 0,
-            stored: 0,
         }))
     }
 
@@ -162,10 +160,6 @@ struct Pages {
     /// The header of the page whose data comes next.
     header: Option<Bytes>,
     pages: Vec<Page>,
-    /// Bytes of the pages as the column writer counted them (headers and data as given).
-    given: u64,
-    /// Bytes of the pages as stored (compressed, with their headers rewritten).
-    stored: u64,
 }
 
 /// A page of a [`Chunk`]: where its header and data are, and their sizes.
@@ -175,11 +169,18 @@ struct Page {
     /// Index in [`Pages::blobs`] of its header (its data is the next).
     header: usize,
     given_header: usize,
+    given_data: usize,
     stored_header: usize,
     stored_data: usize,
 }
 
 impl Page {
+    /// Its bytes as the column writer counted them (header and data as given).
+    fn given(&self) -> usize {
+        self.given_header + self.given_data
+    }
+
+    /// Its bytes as stored (compressed, the header rewritten).
     fn stored(&self) -> usize {
         self.stored_header + self.stored_data
     }
@@ -231,15 +232,24 @@ impl Pages {
             dictionary: parsed.kind == PageHeader::DICTIONARY_PAGE,
             header: self.blobs.len(),
             given_header,
+            given_data,
             stored_header: header.len(),
             stored_data: data.len(),
         };
-        self.given += (given_header + given_data) as u64;
-        self.stored += page.stored() as u64;
         self.pages.push(page);
         self.store(header)?;
         self.store(data)?;
         Ok(PageKey::new(self.blobs.len() as u64 - 1))
+    }
+
+    /// Bytes of the pages as the column writer counted them.
+    fn given(&self) -> u64 {
+        self.pages.iter().map(|p| p.given() as u64).sum()
+    }
+
+    /// Bytes of the pages as stored.
+    fn stored(&self) -> u64 {
+        self.pages.iter().map(|p| p.stored() as u64).sum()
     }
 
     /// Keeps `value` in memory if the budget allows, else in the file.
@@ -424,8 +434,8 @@ impl ChunkWriter {
     /// compressed itself (what the row group limit in bytes is measured against).
     pub(crate) fn estimated_bytes(&self) -> usize {
         let pages = lock(&self.chunk.0);
-        (self.writer.get_estimated_total_bytes() as u64 + pages.stored).saturating_sub(pages.given)
-            as usize
+        (self.writer.get_estimated_total_bytes() as u64 + pages.stored())
+            .saturating_sub(pages.given()) as usize
     }
 
     /// Closes the chunk and writes it into `row_group`: its pages as stored, the dictionary
@@ -444,11 +454,12 @@ impl ChunkWriter {
             ));
         }
         let metadata = &close.metadata;
-        if metadata.compressed_size() as u64 != pages.given {
+        let (given, stored) = (pages.given(), pages.stored());
+        if metadata.compressed_size() as u64 != given {
             return Err(ParquetError::General(format!(
                 "the column writer counts {} bytes of pages, its store {}",
                 metadata.compressed_size(),
-                pages.given
+                given
             )));
         }
         let dictionary = pages.pages.iter().find(|p| p.dictionary);
@@ -459,7 +470,7 @@ impl ChunkWriter {
         let mut builder = metadata
             .clone()
             .into_builder()
-            .set_total_compressed_size(pages.stored as i64)
+            .set_total_compressed_size(stored as i64)
             .set_total_uncompressed_size(
                 metadata.uncompressed_size() - given_headers + stored_headers,
             )
@@ -469,7 +480,7 @@ impl ChunkWriter {
             builder = builder.set_compression(Compression::ZSTD(level));
         }
         close.metadata = builder.build()?;
-        close.bytes_written = pages.stored;
+        close.bytes_written = stored;
         let data: Vec<&Page> = pages.pages.iter().filter(|p| !p.dictionary).collect();
         if let Some(index) = close.offset_index.as_mut() {
             if index.page_locations.len() != data.len() {
@@ -491,7 +502,6 @@ impl ChunkWriter {
             .chain(data)
             .flat_map(|p| [p.header, p.header + 1])
             .collect();
-        let stored = pages.stored;
         drop(pages);
         let splice = Splice {
             chunk: self.chunk,
@@ -649,7 +659,7 @@ mod tests {
         assert_eq!(&stored_header[parsed.rest..], &[0x2c, 0x00]);
         assert!(stored.pages[0].dictionary);
         assert_eq!(
-            (stored.given, stored.stored),
+            (stored.given(), stored.stored()),
             (
                 (header(PageHeader::DICTIONARY_PAGE, 9000).len() + 9000) as u64,
                 (stored_header.len() + stored_data.len()) as u64

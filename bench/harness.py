@@ -21,7 +21,11 @@ Method:
   (user + sys) comes from os.wait4; CPU > wall would mean the engine used more than one
   thread.
 - One unmeasured warm-up run per engine and case (page cache, .pyc files), whose output
-  is verified; then BENCH_RUNS rounds, each running every engine once per case
+  is verified; before every measured run its input file is read once, untimed, so that
+  every run starts with the input in the page cache (a machine may empty the cache
+  between runs: a run reading its input from disk was measured taking up to 0.7 s more
+  system time); the pages read back from disk during the measured runs themselves
+  (/proc/vmstat workingset_refault_file: the input, an engine's libraries) are reported; then BENCH_RUNS rounds, each running every engine once per case
   (interleaved, so that load from other processes on the machine falls on all engines
   alike rather than on whichever ran during a burst).
 - Verification reads every engine's Parquet back with pyarrow, streaming (batches of
@@ -126,6 +130,27 @@ def source_state():
 def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
+
+
+def refaults():
+    """File pages read back into the page cache after being dropped, so far (None where
+    /proc/vmstat does not say)."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                name, _, value = line.partition(" ")
+                if name == "workingset_refault_file":
+                    return int(value)
+    except OSError:
+        pass
+    return None
+
+
+def warm(path):
+    """Reads path once (into the page cache), untimed."""
+    with open(path, "rb", buffering=0) as f:
+        while f.read(16 << 20):
+            pass
 
 
 class Runner:
@@ -470,6 +495,7 @@ def main():
     infos = {}
     tidemark_stats = {}
     load_samples = []
+    refaulted = {}
     with Runner(rss_mode) as runner:
         # Warm-up and verification.
         for case, engine in jobs:
@@ -507,7 +533,12 @@ def main():
             load_samples.append(loadavg())
             for case, engine in jobs:
                 cmd, _ = command(engine, case)
+                warm(source(case))
+                before = refaults()
                 samples[(case, engine)].append(runner.spawn(cmd, discard=engine in FLOORS))
+                after = refaults()
+                if before is not None and after is not None:
+                    refaulted[(case, engine)] = refaulted.get((case, engine), 0) + after - before
             log(f"  round {i + 1}/{runs} done, load {loadavg()}")
 
         # zstd's floor: each engine's pages compressed again at level 3, only zstd timed
@@ -610,6 +641,15 @@ def main():
                 f"zstd, which take {tm_cpu - bound:.3f} s."
             )
     lines.append("")
+    if refaulted:
+        total = sum(refaulted.values())
+        worst = sorted(((v, k) for k, v in refaulted.items() if v), reverse=True)[:4]
+        lines.append(
+            f"Page cache: each measured run's input read just before it (untimed); file pages read back from disk "
+            f"during the measured runs: {total * 4096 / 1e6:.1f} MB in all"
+            + (" (most: " + "; ".join(f"{e} {c} {v * 4096 / 1e6:.1f} MB" for v, (c, e) in worst) + ")" if worst else "")
+            + ".")
+        lines.append("")
     lines.append("× tidemark = engine median wall / tidemark median wall (above 1: tidemark is faster); CPU s = "
                  "median user + sys of the process, CPU × tidemark the same ratio on it (less sensitive to other "
                  "load on the machine than wall time). MB = 10^6 bytes; MB/s = input file bytes (compressed, "
@@ -670,6 +710,7 @@ def main():
             "dataset": {"label": args.label or args.stem, "data": os.path.abspath(args.data), "schema": schema_path,
                         "expected": expected is not None},
             "load": {"start": load_start, "rounds": load_samples, "end": load_end}, "rss_mode": rss_mode,
+            "refaulted_pages": {f"{c}|{e}": v for (c, e), v in refaulted.items()},
             "versions": versions, "sizes": sizes,
             "samples": {f"{c}|{e}": [{k: v for k, v in x.items() if k != "stdout"} for x in s] for (c, e), s in samples.items()},
             "verification": {f"{c}|{e}": {"fingerprint": fp, "problems": p, "notes": n}

@@ -21,13 +21,14 @@ Method:
   (user + sys) comes from os.wait4; CPU > wall would mean the engine used more than one
   thread.
 - One unmeasured warm-up run per engine and case (page cache, .pyc files), whose output
-  is verified; before every measured run its input file is read once, untimed, so that
-  every run starts with the input in the page cache (a machine may empty the cache
-  between runs: a run reading its input from disk was measured taking up to 0.7 s more
-  system time); the pages read back from disk during the measured runs themselves
-  (/proc/vmstat workingset_refault_file: the input, an engine's libraries) are reported; then BENCH_RUNS rounds, each running every engine once per case
+  is verified; then BENCH_RUNS rounds, each running every engine once per case
   (interleaved, so that load from other processes on the machine falls on all engines
   alike rather than on whichever ran during a burst).
+- Before every measured run its input file is read once, untimed, so that every run
+  starts with the input in the page cache (a machine may empty the cache between runs:
+  a run reading its input from disk was measured taking up to 0.7 s more system time).
+  The file pages read back from disk during the measured runs themselves (/proc/vmstat
+  workingset_refault_file: the input, an engine's libraries) are reported.
 - Verification reads every engine's Parquet back with pyarrow, streaming (batches of
   VERIFY_BATCH rows, so memory stays bounded whatever the file's size):
   - value by value: every column of every engine's output is compared with tidemark's,

@@ -599,7 +599,7 @@ impl RowFilter {
 
     /// Convert `input` to `output` keeping the emitted rows (counted in the stats), the
     /// late ones written to [`RowFilter::late`] under policy `write`.
-    pub fn convert<R: Read, W: Write + Send>(
+    pub fn convert<R: Read + Send, W: Write + Send>(
         &mut self,
         input: R,
         spec: &ConvertSpec,

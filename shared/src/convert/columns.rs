@@ -496,12 +496,15 @@ impl<S: Sink> State<S> {
     }
 }
 
-struct Shared<S> {
+struct Shared<'i, S> {
     state: Mutex<State<S>>,
     changed: Condvar,
+    /// Work for a thread that finds nothing to encode (reading the input ahead): returns
+    /// whether it found any.
+    idle: &'i (dyn Fn() -> bool + Sync),
 }
 
-impl<S: Sink> Shared<S> {
+impl<S: Sink> Shared<'_, S> {
     /// The state; a thread that panicked holding it has set `abandoned` on its way out.
     fn lock(&self) -> MutexGuard<'_, State<S>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -514,11 +517,14 @@ impl<S: Sink> Shared<S> {
     }
 
     /// Encodes fields until `enough` says so or everything stops; `false` when it stopped.
+    /// With no field to encode, does the idle work until there is none, then waits.
     fn help<'a>(
         &'a self,
         mut guard: MutexGuard<'a, State<S>>,
         enough: impl Fn(&mut State<S>) -> bool,
     ) -> (MutexGuard<'a, State<S>>, bool) {
+        // The idle work found none since the state was last seen to change.
+        let mut rested = false;
         loop {
             if guard.stopped() {
                 return (guard, false);
@@ -528,6 +534,7 @@ impl<S: Sink> Shared<S> {
             }
             match guard.sink.file().and_then(Columns::take) {
                 Some(task) => {
+                    rested = false;
                     drop(guard);
                     let done = task.run();
                     guard = self.lock();
@@ -537,7 +544,16 @@ impl<S: Sink> Shared<S> {
                     }
                     self.changed.notify_all();
                 }
-                None => guard = self.wait(guard),
+                // Checked again under the lock before waiting, so no notice is missed.
+                None if !rested => {
+                    drop(guard);
+                    rested = !(self.idle)();
+                    guard = self.lock();
+                }
+                None => {
+                    guard = self.wait(guard);
+                    rested = false;
+                }
             }
         }
     }
@@ -545,9 +561,9 @@ impl<S: Sink> Shared<S> {
 
 /// Sets `decoded` when the decoding thread leaves, and `abandoned` if it leaves by a panic,
 /// so that no other thread waits for it forever.
-struct Leaving<'a, S: Sink>(&'a Shared<S>, bool);
+struct Leaving<'a, 'i, S: Sink>(&'a Shared<'i, S>, bool);
 
-impl<S: Sink> Drop for Leaving<'_, S> {
+impl<S: Sink> Drop for Leaving<'_, '_, S> {
     fn drop(&mut self) {
         let mut state = self.0.lock();
         state.decoded |= self.1;
@@ -559,14 +575,16 @@ impl<S: Sink> Drop for Leaving<'_, S> {
 
 /// Runs `decode` on this thread, giving it the callback that encodes each batch into
 /// `sink` on this thread and `threads - 1` others (see the module's documentation): the
-/// decoding thread encodes only while a decoded batch waits. Returns `decode`'s result and
-/// the sink, whose file holds every batch.
+/// decoding thread encodes only while a decoded batch waits. A thread with nothing to
+/// encode calls `idle` (reading the decoder's input ahead) until it returns `false`, and
+/// only then waits. Returns `decode`'s result and the sink, whose file holds every batch.
 ///
 /// An error of the encoding wins over `decode`'s (which then is only that the encoder
 /// stopped); after a decoding error the other threads stop without finishing.
 pub(super) fn encode_beside<S: Sink, T>(
     sink: S,
     threads: usize,
+    idle: &(dyn Fn() -> bool + Sync),
     decode: impl FnOnce(
         &mut dyn FnMut(&RecordBatch) -> Result<(), ConvertError>,
     ) -> Result<T, ConvertError>,
@@ -579,6 +597,7 @@ pub(super) fn encode_beside<S: Sink, T>(
             failed: None,
         }),
         changed: Condvar::new(),
+        idle,
     };
     let stopped = || ConvertError::Encode {
         message: "the encoder stopped".into(),
@@ -834,7 +853,7 @@ mod tests {
                 let file =
                     File(Columns::new(&mut out, schema.clone(), properties(), 1 << 20).unwrap());
                 let ((), File(file)) =
-                    encode_beside(file, threads, |each| feed(&batches, each)).unwrap();
+                    encode_beside(file, threads, &|| false, |each| feed(&batches, each)).unwrap();
                 assert_eq!(file.close().unwrap(), row_groups);
                 assert!(out == serial, "{threads} threads, {limits}");
             }
@@ -904,7 +923,7 @@ mod tests {
         let (mut out1, mut out2, mut out3) = (Vec::new(), Vec::new(), Vec::new());
 
         // Decoding fails: its error, after the encoding threads stopped.
-        let failed = encode_beside(file(&mut out1), 2, |each| {
+        let failed = encode_beside(file(&mut out1), 2, &|| false, |each| {
             feed(&batches[..10], each)?;
             Err::<(), _>(ConvertError::parse(Some(7), None, "bad"))
         });
@@ -913,7 +932,7 @@ mod tests {
         // Decoding panics: the panic, not a thread waiting forever.
         let sink = file(&mut out2);
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            encode_beside(sink, 2, |each| {
+            encode_beside(sink, 2, &|| false, |each| {
                 feed(&batches[..10], each)?;
                 panic!("decoder");
                 #[allow(unreachable_code)]
@@ -937,7 +956,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let failed = encode_beside(file(&mut out3), 2, |each| {
+        let failed = encode_beside(file(&mut out3), 2, &|| false, |each| {
             feed(&batches[..5], each)?;
             each(&wrong)?;
             feed(&batches, each)

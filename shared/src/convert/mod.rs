@@ -41,7 +41,7 @@ mod value;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -447,7 +447,7 @@ impl Batches for Guarded<'_> {
 /// assert_eq!(err.to_string(), r#"line 3: column "id": cannot parse "x" as int64"#);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn convert<R: Read, W: Write + Send>(
+pub fn convert<R: Read + Send, W: Write + Send>(
     input: R,
     spec: &ConvertSpec,
     output: W,
@@ -459,7 +459,7 @@ pub fn convert<R: Read, W: Write + Send>(
 /// [`ConvertSpec::threads`] above 1, this thread decoding and the columns of each batch
 /// encoded on it and the others (see `columns`): two batches are encoded at once and one
 /// more waits at most, so memory grows by a few batches, not by the file.
-fn decode_into<R: Read, W: Write + Send>(
+fn decode_into<R: Read + Send, W: Write + Send>(
     input: R,
     spec: &ConvertSpec,
     mut keep: impl FnMut(RecordBatch) -> Result<RecordBatch, ConvertError>,
@@ -468,9 +468,17 @@ fn decode_into<R: Read, W: Write + Send>(
     let (mut stats, encoder) = if spec.threads < 2 {
         let stats = decode_with(input, spec, &mut keep, |batch| encoder.write(batch))?;
         (stats, encoder)
-    } else {
-        columns::encode_beside(encoder, spec.threads, |each| {
+    } else if spec.compression == Compression::None {
+        columns::encode_beside(encoder, spec.threads, &|| false, |each| {
             decode_with(input, spec, &mut keep, each)
+        })?
+    } else {
+        // The input is inflated ahead by threads that have nothing to encode (see `input`).
+        let decoding = Decoding::new(spec)?;
+        let meter = input::Meter::default();
+        let ahead = input::open_ahead(input, spec, &meter)?;
+        columns::encode_beside(encoder, spec.threads, &|| ahead.work(), |each| {
+            decoding.run(ahead.reader(), &meter, &mut keep, each)
         })?
     };
     stats.row_groups = encoder.close()?;
@@ -784,7 +792,7 @@ pub type Split<'a> =
 /// With [`ConvertSpec::threads`] above 1, `output`'s columns are encoded on all the
 /// threads as in [`convert`] (the same bytes whatever the number); `split` and `aside`'s
 /// writer run on the decoding thread.
-pub fn convert_split<R: Read, W: Write + Send, A: Write + Send>(
+pub fn convert_split<R: Read + Send, W: Write + Send, A: Write + Send>(
     input: R,
     spec: &ConvertSpec,
     output: W,
@@ -811,7 +819,7 @@ pub fn convert_split<R: Read, W: Write + Send, A: Write + Send>(
 
 /// Decode `input` as [`convert`] does and count its rows and sums, writing nothing: the
 /// honest recount of a source object that reconciliation compares with the ledger.
-pub fn count<R: Read>(input: R, spec: &ConvertSpec) -> Result<ConvertStats, ConvertError> {
+pub fn count<R: Read + Send>(input: R, spec: &ConvertSpec) -> Result<ConvertStats, ConvertError> {
     decode(input, spec, |_| Ok(()))
 }
 
@@ -863,7 +871,7 @@ impl BatchTally {
     }
 }
 
-fn decode<R: Read>(
+fn decode<R: Read + Send>(
     input: R,
     spec: &ConvertSpec,
     each: impl FnMut(&RecordBatch) -> Result<(), ConvertError>,
@@ -873,55 +881,86 @@ fn decode<R: Read>(
 
 /// [`decode`], each batch first passed through `keep` (what it returns is counted and given
 /// to `each`).
-fn decode_with<R: Read>(
+fn decode_with<R: Read + Send>(
     input: R,
     spec: &ConvertSpec,
-    mut keep: impl FnMut(RecordBatch) -> Result<RecordBatch, ConvertError>,
-    mut each: impl FnMut(&RecordBatch) -> Result<(), ConvertError>,
+    keep: impl FnMut(RecordBatch) -> Result<RecordBatch, ConvertError>,
+    each: impl FnMut(&RecordBatch) -> Result<(), ConvertError>,
 ) -> Result<ConvertStats, ConvertError> {
-    if spec.batch_rows == 0 || spec.batch_bytes == 0 || spec.max_record_bytes == 0 {
-        return Err(ConvertError::invalid_spec(
-            "batch_rows, batch_bytes and max_record_bytes must be positive",
-        ));
-    }
-    let types = column_types(&spec.schema)?;
-    let mut sums = stats::Sums::new(&spec.schema, &types, &spec.sum_columns)?;
+    let decoding = Decoding::new(spec)?;
     let meter = input::Meter::default();
     let reader = input::open(input, spec, &meter)?;
-    let mut batches: Box<dyn Batches + '_> = match spec.format {
-        InputFormat::Csv(options) if options.header && spec.csv_columns == CsvColumns::ByName => {
-            let (mapping, reader) = header::map_header(reader, &options, spec)?;
-            let file_types = column_types(&mapping.file_spec.schema)?;
-            let file = csv::CsvBatches::new(reader, options, &mapping.file_spec, file_types)?;
-            Box::new(header::ByName::new(Box::new(file), mapping, spec))
+    decoding.run(reader, &meter, keep, each)
+}
+
+/// A decoding whose spec has been checked, before any input is read.
+struct Decoding<'s> {
+    spec: &'s ConvertSpec,
+    types: Vec<ColumnType>,
+    sums: stats::Sums,
+}
+
+impl<'s> Decoding<'s> {
+    fn new(spec: &'s ConvertSpec) -> Result<Self, ConvertError> {
+        if spec.batch_rows == 0 || spec.batch_bytes == 0 || spec.max_record_bytes == 0 {
+            return Err(ConvertError::invalid_spec(
+                "batch_rows, batch_bytes and max_record_bytes must be positive",
+            ));
         }
-        InputFormat::Csv(options) => Box::new(csv::CsvBatches::new(reader, options, spec, types)?),
-        InputFormat::JsonLines => Box::new(json::JsonBatches::new(reader, spec)?),
-        InputFormat::Parquet => Box::new(parquet_input::batches(reader, spec, &types)?),
-        InputFormat::Avro => Box::new(avro::batches(reader, spec, &types)?),
-        InputFormat::Orc => {
-            let opened = guarded(|| orc::batches(reader, spec, &types))?;
-            Box::new(Guarded(Box::new(opened)))
-        }
-    };
-    let mut rows = 0;
-    let mut rejects = Vec::new();
-    while let Some(batch) = batches.next_batch()? {
-        rejects.extend(batches.take_rejects());
-        let batch = keep(batch)?;
-        rows += batch.num_rows() as u64;
-        sums.add(&batch)?;
-        each(&batch)?;
+        let types = column_types(&spec.schema)?;
+        let sums = stats::Sums::new(&spec.schema, &types, &spec.sum_columns)?;
+        Ok(Self { spec, types, sums })
     }
-    rejects.extend(batches.take_rejects());
-    Ok(ConvertStats {
-        rows,
-        sums: sums.finish(),
-        bytes_read: meter.read.get(),
-        bytes_decoded: meter.decoded.get(),
-        row_groups: 0,
-        rejects,
-    })
+
+    /// Decodes the byte stream `reader` (counted by `meter`): see [`decode_with`].
+    fn run(
+        mut self,
+        reader: impl BufRead,
+        meter: &input::Meter,
+        mut keep: impl FnMut(RecordBatch) -> Result<RecordBatch, ConvertError>,
+        mut each: impl FnMut(&RecordBatch) -> Result<(), ConvertError>,
+    ) -> Result<ConvertStats, ConvertError> {
+        let (spec, types) = (self.spec, self.types);
+        let mut batches: Box<dyn Batches + '_> = match spec.format {
+            InputFormat::Csv(options)
+                if options.header && spec.csv_columns == CsvColumns::ByName =>
+            {
+                let (mapping, reader) = header::map_header(reader, &options, spec)?;
+                let file_types = column_types(&mapping.file_spec.schema)?;
+                let file = csv::CsvBatches::new(reader, options, &mapping.file_spec, file_types)?;
+                Box::new(header::ByName::new(Box::new(file), mapping, spec))
+            }
+            InputFormat::Csv(options) => {
+                Box::new(csv::CsvBatches::new(reader, options, spec, types)?)
+            }
+            InputFormat::JsonLines => Box::new(json::JsonBatches::new(reader, spec)?),
+            InputFormat::Parquet => Box::new(parquet_input::batches(reader, spec, &types)?),
+            InputFormat::Avro => Box::new(avro::batches(reader, spec, &types)?),
+            InputFormat::Orc => {
+                let opened = guarded(|| orc::batches(reader, spec, &types))?;
+                Box::new(Guarded(Box::new(opened)))
+            }
+        };
+        let mut rows = 0;
+        let mut rejects = Vec::new();
+        while let Some(batch) = batches.next_batch()? {
+            rejects.extend(batches.take_rejects());
+            let batch = keep(batch)?;
+            rows += batch.num_rows() as u64;
+            self.sums.add(&batch)?;
+            each(&batch)?;
+        }
+        rejects.extend(batches.take_rejects());
+        drop(batches);
+        Ok(ConvertStats {
+            rows,
+            sums: self.sums.finish(),
+            bytes_read: meter.read(),
+            bytes_decoded: meter.decoded(),
+            row_groups: 0,
+            rejects,
+        })
+    }
 }
 
 /// The column type of every field, rejecting schemas the readers cannot honour.
@@ -1194,17 +1233,18 @@ mod tests {
         head: &'static [u8],
         filler: u8,
         len: u64,
-        pulled: std::rc::Rc<std::cell::Cell<u64>>,
+        pulled: Arc<std::sync::atomic::AtomicU64>,
     }
 
     impl Read for Endless {
         fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            let at = self.pulled.get();
+            let at = self.pulled.load(std::sync::atomic::Ordering::Relaxed);
             let n = buf.len().min((self.len - at) as usize);
             for (i, b) in buf[..n].iter_mut().enumerate() {
                 *b = *self.head.get(at as usize + i).unwrap_or(&self.filler);
             }
-            self.pulled.set(at + n as u64);
+            self.pulled
+                .store(at + n as u64, std::sync::atomic::Ordering::Relaxed);
             Ok(n)
         }
     }
@@ -1230,7 +1270,7 @@ mod tests {
                 "line 2: the line is longer than the limit of 8388608 bytes (max_record_bytes)",
             ),
         ] {
-            let pulled = std::rc::Rc::new(std::cell::Cell::new(0));
+            let pulled = Arc::new(std::sync::atomic::AtomicU64::new(0));
             let input = Endless {
                 head,
                 filler: if head.ends_with(b"\n") { b'\n' } else { b'x' },
@@ -1240,11 +1280,8 @@ mod tests {
             let err = convert(input, &spec, io::sink()).unwrap_err();
             assert_eq!(err.to_string(), error);
             // The record limit, and a buffer or two of 64 KiB: never the whole line.
-            assert!(
-                pulled.get() < limit + (256 << 10),
-                "read {} bytes",
-                pulled.get()
-            );
+            let pulled = pulled.load(std::sync::atomic::Ordering::Relaxed);
+            assert!(pulled < limit + (256 << 10), "read {pulled} bytes");
         }
     }
 
@@ -1538,26 +1575,41 @@ mod tests {
     fn decoding_beside_encoding_writes_the_same_file() {
         let (csv, mut spec) = orders(30_000);
         spec.row_group_rows = 10_000;
-        let mut files = Vec::new();
-        for threads in [1, 2, 3] {
-            spec.threads = threads;
-            let mut out = Vec::new();
-            let stats = convert(csv.as_bytes(), &spec, &mut out).unwrap();
-            assert_eq!((stats.rows, stats.row_groups), (30_000, 3));
-            assert_eq!(stats.sums["id"].to_string(), "449985000");
-            files.push(out);
-        }
-        assert!(
-            files[0] == files[1] && files[1] == files[2],
-            "byte for byte"
-        );
         let bad = csv.replace("\n20000,", "\n2000x,");
-        for threads in [1, 2] {
-            spec.threads = threads;
-            assert_eq!(
-                parse_error(&bad, &spec),
-                r#"line 20002: column "id": cannot parse "2000x" as int64"#
+        // Compressed input is inflated ahead by the encoding threads (see `input`).
+        for (compression, pack) in [
+            (Compression::None, (|b| b.to_vec()) as fn(&[u8]) -> Vec<u8>),
+            (Compression::Gzip, gzip),
+            (Compression::Zstd, zstd),
+        ] {
+            spec.compression = compression;
+            let input = pack(csv.as_bytes());
+            let mut files = Vec::new();
+            for threads in [1, 2, 3] {
+                spec.threads = threads;
+                let mut out = Vec::new();
+                let stats = convert(&input[..], &spec, &mut out).unwrap();
+                let case = format!("{compression}, {threads} threads");
+                assert_eq!((stats.rows, stats.row_groups), (30_000, 3), "{case}");
+                assert_eq!(stats.sums["id"].to_string(), "449985000", "{case}");
+                assert_eq!(stats.bytes_read, input.len() as u64, "{case}");
+                assert_eq!(stats.bytes_decoded, csv.len() as u64, "{case}");
+                files.push(out);
+            }
+            assert!(
+                files[0] == files[1] && files[1] == files[2],
+                "{compression}: byte for byte"
             );
+            let bad = pack(bad.as_bytes());
+            for threads in [1, 2] {
+                spec.threads = threads;
+                let e = convert(&bad[..], &spec, Vec::new()).unwrap_err();
+                assert_eq!(
+                    e.to_string(),
+                    r#"line 20002: column "id": cannot parse "2000x" as int64"#,
+                    "{compression}, {threads} threads"
+                );
+            }
         }
     }
 

@@ -32,8 +32,8 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Bytes read ahead at most, beside the chunk the parser is reading: a batch of the
 /// default [`ConvertSpec::batch_bytes`], so that a thread done encoding a batch can read
-/// the input of the next one (BENCHMARKS.md, "Reading ahead on the encoding thread": 2 MiB
-/// in chunks of 256 KiB measured no faster).
+/// the input of the next one (BENCHMARKS.md, "Inflating on the thread with nothing to
+/// encode": 2 MiB in chunks of 256 KiB measured no faster).
 pub(super) const AHEAD_BYTES: usize = 1 << 20;
 
 /// The size of a chunk read ahead.
@@ -223,8 +223,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl<'a> Ahead<'a> {
-    /// Reads one chunk ahead if the queue has room and no other thread is reading; returns
-    /// whether it did.
+    /// Reads one chunk ahead if the queue has room (after the chunk another thread is
+    /// reading, if one is); returns whether it did.
     pub(super) fn work(&self) -> bool {
         if self.closed.load(Ordering::Relaxed) || lock(&self.queue).bytes >= AHEAD_BYTES {
             return false;
@@ -236,7 +236,7 @@ impl<'a> Ahead<'a> {
             return false;
         }
         if lock(&self.queue).bytes >= AHEAD_BYTES {
-            return true; // filled while this thread waited
+            return false; // filled while this thread waited
         }
         let spare = lock(&self.queue).spare.pop().unwrap_or_default();
         let read = stream.chunk(spare);

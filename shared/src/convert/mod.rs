@@ -458,7 +458,8 @@ pub fn convert<R: Read + Send, W: Write + Send>(
 /// [`decode_with`] into `encoder`, which is then closed: on this thread, or with
 /// [`ConvertSpec::threads`] above 1, this thread decoding and the columns of each batch
 /// encoded on it and the others (see `columns`): two batches are encoded at once and one
-/// more waits at most, so memory grows by a few batches, not by the file.
+/// more waits at most, and compressed input is inflated at most [`input::AHEAD_BYTES`]
+/// ahead, so memory grows by a few batches, not by the file.
 fn decode_into<R: Read + Send, W: Write + Send>(
     input: R,
     spec: &ConvertSpec,
@@ -951,7 +952,6 @@ impl<'s> Decoding<'s> {
             each(&batch)?;
         }
         rejects.extend(batches.take_rejects());
-        drop(batches);
         Ok(ConvertStats {
             rows,
             sums: self.sums.finish(),

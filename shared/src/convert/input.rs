@@ -214,8 +214,19 @@ struct Stream<'a> {
 #[derive(Default)]
 struct Queue {
     chunks: VecDeque<io::Result<Vec<u8>>>,
-    bytes: usize,
     spare: Vec<Vec<u8>>,
+}
+
+impl Queue {
+    /// Whether another chunk may be read ahead.
+    fn has_room(&self) -> bool {
+        let bytes: usize = self
+            .chunks
+            .iter()
+            .map(|c| c.as_ref().map_or(0, Vec::len))
+            .sum();
+        bytes < AHEAD_BYTES
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -226,7 +237,7 @@ impl<'a> Ahead<'a> {
     /// Reads one chunk ahead if the queue has room (after the chunk another thread is
     /// reading, if one is); returns whether it did.
     pub(super) fn work(&self) -> bool {
-        if self.closed.load(Ordering::Relaxed) || lock(&self.queue).bytes >= AHEAD_BYTES {
+        if self.closed.load(Ordering::Relaxed) || !lock(&self.queue).has_room() {
             return false;
         }
         // Waits while the parser reads a chunk for itself, then reads the one after it: a
@@ -235,14 +246,15 @@ impl<'a> Ahead<'a> {
         if stream.ended && stream.failed.is_none() {
             return false;
         }
-        if lock(&self.queue).bytes >= AHEAD_BYTES {
-            return false; // filled while this thread waited
-        }
-        let spare = lock(&self.queue).spare.pop().unwrap_or_default();
+        let spare = {
+            let mut queue = lock(&self.queue);
+            if !queue.has_room() {
+                return false; // filled while this thread waited
+            }
+            queue.spare.pop().unwrap_or_default()
+        };
         let read = stream.chunk(spare);
-        let mut queue = lock(&self.queue);
-        queue.bytes += read.as_ref().map_or(0, Vec::len);
-        queue.chunks.push_back(read);
+        lock(&self.queue).chunks.push_back(read);
         true
     }
 
@@ -255,32 +267,26 @@ impl<'a> Ahead<'a> {
         }
     }
 
-    /// The next chunk: the oldest queued, else one read now; an empty one at the end.
-    fn next_chunk(&self, empty: Vec<u8>) -> io::Result<Vec<u8>> {
+    /// The next chunk, `used` (the one read through) kept for reuse: the oldest queued,
+    /// else one read now; an empty one at the end.
+    fn next_chunk(&self, used: Vec<u8>) -> io::Result<Vec<u8>> {
         let mut queue = lock(&self.queue);
-        if let Some(chunk) = self.pop(&mut queue, empty) {
+        if used.capacity() > 0 {
+            queue.spare.push(used);
+        }
+        if let Some(chunk) = queue.chunks.pop_front() {
             return chunk;
         }
         drop(queue);
         // Another thread may be reading: its chunk is queued before the lock is released.
         let mut stream = lock(&self.stream);
         let mut queue = lock(&self.queue);
-        if let Some(chunk) = self.pop(&mut queue, Vec::new()) {
+        if let Some(chunk) = queue.chunks.pop_front() {
             return chunk;
         }
-        let empty = queue.spare.pop().unwrap_or_default();
+        let spare = queue.spare.pop().unwrap_or_default();
         drop(queue);
-        stream.chunk(empty)
-    }
-
-    /// The oldest queued chunk, `empty` kept for reuse.
-    fn pop(&self, queue: &mut Queue, empty: Vec<u8>) -> Option<io::Result<Vec<u8>>> {
-        if empty.capacity() > 0 {
-            queue.spare.push(empty);
-        }
-        let chunk = queue.chunks.pop_front()?;
-        queue.bytes -= chunk.as_ref().map_or(0, Vec::len);
-        Some(chunk)
+        stream.chunk(spare)
     }
 }
 
@@ -340,9 +346,9 @@ impl Read for AheadReader<'_, '_> {
 impl BufRead for AheadReader<'_, '_> {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.at == self.chunk.len() {
-            let empty = std::mem::take(&mut self.chunk);
+            let used = std::mem::take(&mut self.chunk);
             self.at = 0;
-            self.chunk = self.ahead.next_chunk(empty)?;
+            self.chunk = self.ahead.next_chunk(used)?;
         }
         Ok(&self.chunk[self.at..])
     }
@@ -485,7 +491,6 @@ mod tests {
         let before = pulled.load(Ordering::Relaxed);
         // Room again, but the reader is gone.
         lock(&ahead.queue).chunks.clear();
-        lock(&ahead.queue).bytes = 0;
         assert!(!ahead.work());
         assert_eq!(pulled.load(Ordering::Relaxed), before);
     }

@@ -643,12 +643,13 @@ def main():
             )
     lines.append("")
     if refaulted:
+        page = os.sysconf("SC_PAGE_SIZE")
         total = sum(refaulted.values())
         worst = sorted(((v, k) for k, v in refaulted.items() if v), reverse=True)[:4]
         lines.append(
             f"Page cache: each measured run's input read just before it (untimed); file pages read back from disk "
-            f"during the measured runs: {total * 4096 / 1e6:.1f} MB in all"
-            + (" (most: " + "; ".join(f"{e} {c} {v * 4096 / 1e6:.1f} MB" for v, (c, e) in worst) + ")" if worst else "")
+            f"during the measured runs: {total * page / 1e6:.1f} MB in all"
+            + (" (most: " + "; ".join(f"{e} {c} {v * page / 1e6:.1f} MB" for v, (c, e) in worst) + ")" if worst else "")
             + ".")
         lines.append("")
     lines.append("× tidemark = engine median wall / tidemark median wall (above 1: tidemark is faster); CPU s = "

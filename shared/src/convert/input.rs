@@ -247,11 +247,11 @@ impl<'a> Ahead<'a> {
             return false;
         }
         let spare = {
-            let mut queue = lock(&self.queue);
-            if !queue.has_room() {
+            let mut queued = lock(&self.queue);
+            if !queued.has_room() {
                 return false; // filled while this thread waited
             }
-            queue.spare.pop().unwrap_or_default()
+            queued.spare.pop().unwrap_or_default()
         };
         let read = stream.chunk(spare);
         lock(&self.queue).chunks.push_back(read);
@@ -270,22 +270,22 @@ impl<'a> Ahead<'a> {
     /// The next chunk, `used` (the one read through) kept for reuse: the oldest queued,
     /// else one read now; an empty one at the end.
     fn next_chunk(&self, used: Vec<u8>) -> io::Result<Vec<u8>> {
-        let mut queue = lock(&self.queue);
+        let mut queued = lock(&self.queue);
         if used.capacity() > 0 {
-            queue.spare.push(used);
+            queued.spare.push(used);
         }
-        if let Some(chunk) = queue.chunks.pop_front() {
+        if let Some(chunk) = queued.chunks.pop_front() {
             return chunk;
         }
-        drop(queue);
+        drop(queued);
         // Another thread may be reading: its chunk is queued before the lock is released.
         let mut stream = lock(&self.stream);
-        let mut queue = lock(&self.queue);
-        if let Some(chunk) = queue.chunks.pop_front() {
+        let mut queued = lock(&self.queue);
+        if let Some(chunk) = queued.chunks.pop_front() {
             return chunk;
         }
-        let spare = queue.spare.pop().unwrap_or_default();
-        drop(queue);
+        let spare = queued.spare.pop().unwrap_or_default();
+        drop(queued);
         stream.chunk(spare)
     }
 }

@@ -54,9 +54,9 @@ pub(super) struct FlatDecoder {
     /// Column names by index: keys usually come in the schema's order, so the column after
     /// the last one found is compared first, before `index`.
     names: Vec<String>,
-    /// Whether each name is written in JSON as itself (it has no `"` or `\`), so that a
-    /// key can be compared with it in place, without decoding the key.
-    plain: Vec<bool>,
+    /// Each name as a key written without escapes, compared in place with the key at the
+    /// cursor (`None` for a name with a `"` or `\`, which a key spells with escapes).
+    keys: Vec<Option<Key>>,
     /// Column index by name.
     index: HashMap<String, usize>,
     /// The generation (row) in which each column was last given a value.
@@ -96,7 +96,7 @@ impl FlatDecoder {
         Some(Self {
             schema: schema.clone(),
             columns,
-            plain: names.iter().map(|n| !n.contains(['"', '\\'])).collect(),
+            keys: names.iter().map(|n| Key::new(n)).collect(),
             seen: vec![0; names.len()],
             names,
             index,
@@ -218,15 +218,10 @@ impl FlatDecoder {
     /// The column of the key at `cur` (after its opening quote), `None` for a key not in
     /// the schema; `next` is the column expected.
     fn key(&mut self, cur: &mut Cursor<'_>, next: usize) -> Read<Option<usize>> {
-        if let Some(name) = self.names.get(next)
-            && self.plain[next]
-            && cur
-                .rest()
-                .strip_prefix(name.as_bytes())
-                .and_then(|r| r.first())
-                == Some(&b'"')
+        if let Some(Some(key)) = self.keys.get(next)
+            && key.starts(cur.rest())
         {
-            cur.at += name.len() + 1;
+            cur.at += key.len();
             return Ok(Some(next));
         }
         let key = cur.string(&mut self.scratch)?;
@@ -242,9 +237,19 @@ impl FlatDecoder {
         match cur.peek() {
             Some(b'"') => {
                 cur.at += 1;
-                column.string(cur.string(&mut self.scratch)?)
+                match column {
+                    Column::String(b) => cur.string_into(b),
+                    _ => column.string(cur.string(&mut self.scratch)?),
+                }
             }
-            Some(b'-' | b'0'..=b'9') => column.number(cur.number()),
+            Some(b'-' | b'0'..=b'9') => {
+                if column.is_whole()
+                    && let Some(v) = cur.short_integer()
+                {
+                    return column.whole(v);
+                }
+                column.number(cur.number())
+            }
             Some(b'n') => {
                 cur.literal("null")?;
                 column.null();
@@ -306,6 +311,64 @@ fn skip_value(cur: &mut Cursor<'_>, scratch: &mut String, depth: usize) -> Read 
     }
 }
 
+/// A column's name as a key spells it without escapes, closing quote included, and the
+/// same in two little-endian words with masks when it fits in 16 bytes: most keys are then
+/// compared with two loads and two masked comparisons instead of a call to `memcmp`.
+struct Key {
+    quoted: Vec<u8>,
+    words: [u64; 2],
+    masks: [u64; 2],
+}
+
+impl Key {
+    /// `None` for a name with a `"` or `\`, which a key spells with escapes.
+    fn new(name: &str) -> Option<Self> {
+        if name.contains(['"', '\\']) {
+            return None;
+        }
+        let mut quoted = name.as_bytes().to_vec();
+        quoted.push(b'"');
+        let (mut words, mut masks) = ([0; 2], [0; 2]);
+        if quoted.len() <= 16 {
+            let (mut padded, mut mask) = ([0u8; 16], [0u8; 16]);
+            padded[..quoted.len()].copy_from_slice(&quoted);
+            mask[..quoted.len()].fill(0xff);
+            words = [word(&padded), word(&padded[8..])];
+            masks = [word(&mask), word(&mask[8..])];
+        }
+        Some(Self {
+            quoted,
+            words,
+            masks,
+        })
+    }
+
+    /// The key's length, closing quote included.
+    fn len(&self) -> usize {
+        self.quoted.len()
+    }
+
+    /// Whether `rest` (what follows a key's opening quote) starts with this key and its
+    /// closing quote.
+    fn starts(&self, rest: &[u8]) -> bool {
+        match rest.get(..16) {
+            Some(head) if self.quoted.len() <= 16 => {
+                let low = (word(head) ^ self.words[0]) & self.masks[0];
+                let high = (word(&head[8..]) ^ self.words[1]) & self.masks[1];
+                (low | high) == 0
+            }
+            _ => rest.starts_with(&self.quoted),
+        }
+    }
+}
+
+/// The first eight bytes of `bytes` as a little-endian word (zero if there are fewer).
+fn word(bytes: &[u8]) -> u64 {
+    bytes
+        .first_chunk::<8>()
+        .map_or(0, |w| u64::from_le_bytes(*w))
+}
+
 /// A position in a line.
 struct Cursor<'a> {
     text: &'a str,
@@ -344,12 +407,9 @@ impl<'a> Cursor<'a> {
 
     /// Skips JSON whitespace, as arrow-json's tape knows it.
     fn skip_ws(&mut self) {
-        let skipped = self
-            .rest()
-            .iter()
-            .take_while(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
-            .count();
-        self.at += skipped;
+        while matches!(self.peek(), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+            self.at += 1;
+        }
     }
 
     /// Consumes `b` if it comes next.
@@ -385,34 +445,93 @@ impl<'a> Cursor<'a> {
         self.text.get(start..self.at).unwrap_or_default()
     }
 
+    /// The number token at the cursor read as [`value::whole_number`] reads it, when the
+    /// token is `-?[0-9]{1,18}` (no overflow possible); `None`, the cursor unmoved, for any
+    /// other token, which [`Self::number`] then cuts.
+    fn short_integer(&mut self) -> Option<i64> {
+        let rest = self.rest();
+        let negative = rest.first() == Some(&b'-');
+        let digits = rest.get(usize::from(negative)..).unwrap_or_default();
+        let n = digits
+            .iter()
+            .take(19)
+            .take_while(|d| d.is_ascii_digit())
+            .count();
+        let token_goes_on = matches!(
+            digits.get(n),
+            Some(b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+        );
+        if n == 0 || n > 18 || token_goes_on {
+            return None;
+        }
+        let magnitude = digits[..n]
+            .iter()
+            .fold(0i64, |v, &d| v * 10 + i64::from(d - b'0'));
+        self.at += usize::from(negative) + n;
+        Some(if negative { -magnitude } else { magnitude })
+    }
+
     /// The string at the cursor (after its opening quote), up to its closing quote, which
     /// is consumed: in place when it has no escapes, else decoded into `scratch`.
     fn string<'s>(&mut self, scratch: &'s mut String) -> Read<&'s str>
     where
         'a: 's,
     {
-        let bytes = self.text.as_bytes();
-        let start = self.at;
-        let end = start + memchr2(b'"', b'\\', self.rest()).ok_or(Declined)?;
-        if bytes[end] == b'"' {
-            self.at = end + 1;
-            // Quotes are ASCII: the string's ends are character boundaries.
-            return self.text.get(start..end).ok_or(Declined);
+        if let Some(plain) = self.plain_string()? {
+            return Ok(plain);
         }
         scratch.clear();
-        let mut at = start;
+        self.unescape(scratch)?;
+        Ok(scratch.as_str())
+    }
+
+    /// The string at the cursor, as [`Self::string`] reads it, appended to `column`: with
+    /// escapes, decoded straight into the column's buffer.
+    fn string_into(&mut self, column: &mut StringBuilder) -> Read {
+        match self.plain_string()? {
+            Some(plain) => column.append_value(plain),
+            None => {
+                // Written pieces become part of the next value appended; a declined line
+                // leaves them behind, and the decoder's builders are finished (the pieces
+                // dropped) before it reads again (see `FlatDecoder::push`).
+                self.unescape(column)?;
+                column.append_value("");
+            }
+        }
+        Ok(())
+    }
+
+    /// The string at the cursor, consumed, when it has no escapes; `None`, the cursor
+    /// unmoved, when it has.
+    fn plain_string(&mut self) -> Read<Option<&'a str>> {
+        let start = self.at;
+        let end = start + memchr2(b'"', b'\\', self.rest()).ok_or(Declined)?;
+        if self.text.as_bytes()[end] != b'"' {
+            return Ok(None);
+        }
+        self.at = end + 1;
+        // Quotes are ASCII: the string's ends are character boundaries.
+        self.text.get(start..end).ok_or(Declined).map(Some)
+    }
+
+    /// Decodes the string at the cursor, escapes and all, into `out`, up to and consuming
+    /// its closing quote.
+    fn unescape(&mut self, out: &mut impl std::fmt::Write) -> Read {
+        let bytes = self.text.as_bytes();
+        let mut at = self.at;
         loop {
             let rest = bytes.get(at..).unwrap_or_default();
             let end = at + memchr2(b'"', b'\\', rest).ok_or(Declined)?;
-            scratch.push_str(self.text.get(at..end).ok_or(Declined)?);
+            let piece = self.text.get(at..end).ok_or(Declined)?;
+            out.write_str(piece).map_err(|_| Declined)?;
             if bytes[end] == b'"' {
                 self.at = end + 1;
-                return Ok(scratch.as_str());
+                return Ok(());
             }
             let (c, len) = escape(bytes.get(end + 1..).unwrap_or_default())?;
             self.misread_pair |=
                 len == PAIR_LEN && super::arrow_json_misreads_pair((u32::from(c) - 0x1_0000) >> 10);
-            scratch.push(c);
+            out.write_char(c).map_err(|_| Declined)?;
             at = end + 1 + len;
         }
     }
@@ -561,6 +680,22 @@ impl Column {
         Ok(())
     }
 
+    /// Whether this is an integer column, which [`Self::whole`] appends to.
+    fn is_whole(&self) -> bool {
+        matches!(self, Self::Int32(_) | Self::Int64(_))
+    }
+
+    /// A number token read as a whole number (by [`Cursor::short_integer`]): appended if
+    /// in range, as [`Self::number`] would append the token.
+    fn whole(&mut self, v: i64) -> Read {
+        match self {
+            Self::Int32(b) => b.append_value(i32::try_from(v).map_err(|_| Declined)?),
+            Self::Int64(b) => b.append_value(v),
+            _ => return Err(Declined),
+        }
+        Ok(())
+    }
+
     /// A JSON number token, as arrow-json's tape cuts it.
     fn number(&mut self, literal: &str) -> Read {
         match self {
@@ -634,4 +769,89 @@ fn decimal(text: &str, ty: ColumnType) -> Read<i128> {
 fn whole<T: TryFrom<i128> + Into<i128>>(literal: &str, ty: ColumnType, min: T, max: T) -> Read<T> {
     let v = value::whole_number(literal, ty, min.into(), max.into());
     v.ok().and_then(|v| T::try_from(v).ok()).ok_or(Declined)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::cast::AsArray;
+    use arrow_schema::{Field, Schema};
+
+    use super::*;
+
+    fn decoder() -> FlatDecoder {
+        let schema = Schema::new(vec![
+            Field::new("name", DataType::Utf8, true),
+            Field::new("n", DataType::Int32, true),
+        ]);
+        FlatDecoder::new(&Arc::new(schema)).unwrap()
+    }
+
+    #[test]
+    fn a_string_cut_by_a_bad_escape_leaves_nothing_in_the_next_value() {
+        let mut flat = decoder();
+        flat.push(r#"{"name":"x\ty","n":1}"#).unwrap();
+        // Decoded up to `\x`, which arrow-json's tape does not read: declined mid-string.
+        assert_eq!(flat.push(r#"{"name":"a\"b\x","n":2}"#), Err(Declined));
+        flat.rollback();
+        flat.push(r#"{"name":"c","n":3}"#).unwrap();
+        let batch = flat.finish().unwrap();
+        let names = batch.column(0).as_string::<i32>();
+        assert_eq!(names.iter().collect::<Vec<_>>(), [Some("x\ty"), Some("c")]);
+    }
+
+    #[test]
+    fn integers_read_in_place_are_the_tokens_whole_number_reads() {
+        let mut flat = decoder();
+        for n in [
+            "0",
+            "-0",
+            "2147483647",
+            "-2147483648",
+            "007",
+            "1e3",
+            "1.0",
+            "-12",
+        ] {
+            flat.push(&format!(r#"{{"n":{n}}}"#)).unwrap();
+        }
+        for n in ["2147483648", "1.5", "-", "1e+-", "99999999999999999999"] {
+            assert_eq!(flat.push(&format!(r#"{{"n":{n}}}"#)), Err(Declined), "{n}");
+            flat.rollback();
+        }
+        let batch = flat.finish().unwrap();
+        let n = batch.column(1).as_primitive::<Int32Type>();
+        let values: Vec<_> = n.iter().flatten().collect();
+        assert_eq!(values, [0, 0, 2147483647, -2147483648, 7, 1000, 1, -12]);
+    }
+
+    #[test]
+    fn keys_are_compared_in_place_whatever_their_length() {
+        for name in [
+            "a",
+            "order_id",
+            "fifteen_bytes__",
+            "sixteen_bytes___",
+            "a_long_name_of_twenty",
+        ] {
+            let schema = Schema::new(vec![
+                Field::new(name, DataType::Int32, true),
+                Field::new("z", DataType::Int32, true),
+            ]);
+            let mut flat = FlatDecoder::new(&Arc::new(schema)).unwrap();
+            flat.push(&format!(r#"{{"{name}":1,"z":2}}"#)).unwrap();
+            // A key that only starts with the name is another key (unknown, skipped).
+            flat.push(&format!(r#"{{"{name}x":1,"z":3}}"#)).unwrap();
+            // A short line: fewer than 16 bytes after the key's quote.
+            flat.push(&format!(r#"{{"{name}":4}}"#)).unwrap();
+            let batch = flat.finish().unwrap();
+            let first = batch.column(0).as_primitive::<Int32Type>();
+            assert_eq!(
+                first.iter().collect::<Vec<_>>(),
+                [Some(1), None, Some(4)],
+                "{name}"
+            );
+        }
+    }
 }

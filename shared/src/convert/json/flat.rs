@@ -248,6 +248,12 @@ impl FlatDecoder {
                 {
                     return column.whole(v);
                 }
+                if let Column::Float64(b) = column
+                    && let Some(v) = cur.short_float()
+                {
+                    b.append_value(v);
+                    return Ok(());
+                }
                 column.number(cur.number())
             }
             Some(b'n') => {
@@ -471,6 +477,60 @@ impl<'a> Cursor<'a> {
         Some(if negative { -magnitude } else { magnitude })
     }
 
+    /// The number token at the cursor read as an `f64`, when it is a JSON number without
+    /// an exponent and with at most 15 digits; `None`, the cursor unmoved, for any other
+    /// token, which [`Self::number`] then cuts. Its digits as a whole number and the power
+    /// of ten it is divided by are both exact in an `f64`, so the one division rounds
+    /// correctly: the value `str::parse` reads (its own fast path for such numbers).
+    fn short_float(&mut self) -> Option<f64> {
+        const POWERS: [f64; 16] = [
+            1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+        ];
+        let rest = self.rest();
+        let negative = rest.first() == Some(&b'-');
+        let mut at = usize::from(negative);
+        let digits_at = |at: usize| {
+            rest.get(at..)
+                .unwrap_or_default()
+                .iter()
+                .take(16)
+                .take_while(|d| d.is_ascii_digit())
+                .count()
+        };
+        let int = digits_at(at);
+        // JSON's grammar: no leading zero (`01`), digits on both sides of a point.
+        if int == 0 || (int > 1 && rest[at] == b'0') {
+            return None;
+        }
+        let mut mantissa = rest[at..at + int]
+            .iter()
+            .fold(0u64, |v, &d| v * 10 + u64::from(d - b'0'));
+        at += int;
+        let mut scale = 0;
+        if rest.get(at) == Some(&b'.') {
+            scale = digits_at(at + 1);
+            if scale == 0 || int + scale > 15 {
+                return None;
+            }
+            mantissa = rest[at + 1..at + 1 + scale]
+                .iter()
+                .fold(mantissa, |v, &d| v * 10 + u64::from(d - b'0'));
+            at += 1 + scale;
+        }
+        let token_goes_on = matches!(
+            rest.get(at),
+            Some(b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+        );
+        if int + scale > 15 || token_goes_on {
+            return None;
+        }
+        // Below 10^15 < 2^53: exact.
+        #[allow(clippy::cast_precision_loss)]
+        let v = mantissa as f64 / POWERS[scale];
+        self.at += at;
+        Some(if negative { -v } else { v })
+    }
+
     /// The string at the cursor (after its opening quote), up to its closing quote, which
     /// is consumed: in place when it has no escapes, else decoded into `scratch`.
     fn string<'s>(&mut self, scratch: &'s mut String) -> Read<&'s str>
@@ -505,7 +565,7 @@ impl<'a> Cursor<'a> {
     /// unmoved, when it has.
     fn plain_string(&mut self) -> Read<Option<&'a str>> {
         let start = self.at;
-        let end = start + memchr2(b'"', b'\\', self.rest()).ok_or(Declined)?;
+        let end = start + quote_or_backslash(self.rest()).ok_or(Declined)?;
         if self.text.as_bytes()[end] != b'"' {
             return Ok(None);
         }
@@ -521,7 +581,7 @@ impl<'a> Cursor<'a> {
         let mut at = self.at;
         loop {
             let rest = bytes.get(at..).unwrap_or_default();
-            let end = at + memchr2(b'"', b'\\', rest).ok_or(Declined)?;
+            let end = at + quote_or_backslash(rest).ok_or(Declined)?;
             let piece = self.text.get(at..end).ok_or(Declined)?;
             out.write_str(piece).map_err(|_| Declined)?;
             if bytes[end] == b'"' {
@@ -535,6 +595,33 @@ impl<'a> Cursor<'a> {
             at = end + 1 + len;
         }
     }
+}
+
+/// The first `"` or `\\` in `bytes`. Most strings are short and their runs between
+/// escapes shorter, so the first 32 bytes are searched eight at a time in a word, inline,
+/// and only the rest by `memchr2`, whose call and set-up cost more than such a string.
+fn quote_or_backslash(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+    // A byte of `w` is zero where `x` has the byte sought; the lowest set high bit of
+    // `zeros` marks the first zero byte exactly (a borrow only sets bits above one).
+    let zeros = |w: u64| w.wrapping_sub(ONES) & !w & HIGHS;
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+        if at == 32 {
+            return memchr2(b'"', b'\\', &bytes[at..]).map(|i| at + i);
+        }
+        let x = u64::from_le_bytes(*chunk);
+        let found = zeros(x ^ (ONES * u64::from(b'"'))) | zeros(x ^ (ONES * u64::from(b'\\')));
+        if found != 0 {
+            return Some(at + (found.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    let tail = bytes.get(at..).unwrap_or_default();
+    tail.iter()
+        .position(|&b| b == b'"' || b == b'\\')
+        .map(|i| at + i)
 }
 
 /// The character of the escape `escaped` starts with (after its backslash), and the
@@ -789,6 +876,38 @@ mod tests {
     }
 
     #[test]
+    fn quotes_and_backslashes_are_found_where_memchr2_finds_them() {
+        let mut state = 0x51u64;
+        let mut byte = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Mostly letters, sometimes a quote, a backslash, or a byte near them.
+            match (state >> 33) % 40 {
+                0 => b'"',
+                1 => b'\\',
+                2 => b'"' ^ 0x80,
+                3 => b'\\' + 1,
+                4 => 0xff,
+                n => b'a' + n as u8,
+            }
+        };
+        for len in 0..80 {
+            for _ in 0..200 {
+                let bytes: Vec<u8> = (0..len).map(|_| byte()).collect();
+                for start in 0..len.min(9) {
+                    let rest = &bytes[start..];
+                    assert_eq!(
+                        quote_or_backslash(rest),
+                        memchr2(b'"', b'\\', rest),
+                        "{rest:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_string_cut_by_a_bad_escape_leaves_nothing_in_the_next_value() {
         let mut flat = decoder();
         flat.push(r#"{"name":"x\ty","n":1}"#).unwrap();
@@ -824,6 +943,63 @@ mod tests {
         let n = batch.column(1).as_primitive::<Int32Type>();
         let values: Vec<_> = n.iter().flatten().collect();
         assert_eq!(values, [0, 0, 2147483647, -2147483648, 7, 1000, 1, -12]);
+    }
+
+    #[test]
+    fn floats_read_in_place_are_the_values_str_parse_reads() {
+        let schema = Schema::new(vec![Field::new("x", DataType::Float64, true)]);
+        let mut flat = FlatDecoder::new(&Arc::new(schema)).unwrap();
+        let mut tokens: Vec<String> = [
+            "0",
+            "-0",
+            "0.1",
+            "-0.0",
+            "369.47",
+            "2038.98",
+            "0.30000000000000004",
+            "123456789012345",
+            "1234567890123456",
+            "99999999999999.9",
+            "9007199254740993",
+            "1e3",
+            "1.5E-2",
+            "-44.657986",
+        ]
+        .iter()
+        .map(|t| t.to_string())
+        .collect();
+        let mut state = 7u64;
+        for _ in 0..20_000 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let digits = format!("{}", state >> 11);
+            let len = 1 + (state % 17) as usize;
+            let digits = &digits[..len.min(digits.len())];
+            let point = (state >> 7) as usize % (digits.len() + 1);
+            let sign = if state & 1 == 0 { "-" } else { "" };
+            tokens.push(match point {
+                p if p == 0 || p == digits.len() => format!("{sign}{digits}"),
+                p => format!("{sign}{}.{}", &digits[..p], &digits[p..]),
+            });
+        }
+        tokens.retain(|t| is_json_number(t));
+        assert!(tokens.len() > 15_000, "{}", tokens.len());
+        for t in &tokens {
+            flat.push(&format!(r#"{{"x":{t}}}"#)).unwrap();
+        }
+        let batch = flat.finish().unwrap();
+        let read = batch.column(0).as_primitive::<Float64Type>();
+        assert_eq!(read.len(), tokens.len());
+        for (t, v) in tokens.iter().zip(read.iter()) {
+            let parsed: f64 = t.parse().unwrap();
+            assert_eq!(v.map(f64::to_bits), Some(parsed.to_bits()), "{t}");
+        }
+        // Not JSON numbers: declined, as before.
+        for t in ["01.5", "1.", "-", "1.2.3"] {
+            assert_eq!(flat.push(&format!(r#"{{"x":{t}}}"#)), Err(Declined), "{t}");
+            flat.rollback();
+        }
     }
 
     #[test]

@@ -525,7 +525,6 @@ impl<'a> Cursor<'a> {
             return None;
         }
         // Below 10^15 < 2^53: exact.
-        #[allow(clippy::cast_precision_loss)]
         let v = mantissa as f64 / POWERS[scale];
         self.at += at;
         Some(if negative { -v } else { v })
@@ -597,7 +596,7 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// The first `"` or `\\` in `bytes`. Most strings are short and their runs between
+/// The first `"` or `\` in `bytes`. Most strings are short and their runs between
 /// escapes shorter, so the first 32 bytes are searched eight at a time in a word, inline,
 /// and only the rest by `memchr2`, whose call and set-up cost more than such a string.
 fn quote_or_backslash(bytes: &[u8]) -> Option<usize> {

@@ -146,7 +146,7 @@ pub(super) fn whole_number(
 
 /// `-?[0-9]{1,18}` read as `str::parse::<i64>` reads it, without its overflow checks
 /// (18 digits cannot overflow); `None` for anything else.
-fn short_integer(literal: &str) -> Option<i64> {
+pub(super) fn short_integer(literal: &str) -> Option<i64> {
     let (negative, digits) = match literal.as_bytes().split_first()? {
         (b'-', rest) => (true, rest),
         _ => (false, literal.as_bytes()),

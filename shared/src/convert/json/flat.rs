@@ -243,18 +243,19 @@ impl FlatDecoder {
                 }
             }
             Some(b'-' | b'0'..=b'9') => {
+                let token = cur.number();
                 if column.is_whole()
-                    && let Some(v) = cur.short_integer()
+                    && let Some(v) = value::short_integer(token)
                 {
                     return column.whole(v);
                 }
                 if let Column::Float64(b) = column
-                    && let Some(v) = cur.short_float()
+                    && let Some(v) = short_float(token)
                 {
                     b.append_value(v);
                     return Ok(());
                 }
-                column.number(cur.number())
+                column.number(token)
             }
             Some(b'n') => {
                 cur.literal("null")?;
@@ -451,85 +452,6 @@ impl<'a> Cursor<'a> {
         self.text.get(start..self.at).unwrap_or_default()
     }
 
-    /// The number token at the cursor read as [`value::whole_number`] reads it, when the
-    /// token is `-?[0-9]{1,18}` (no overflow possible); `None`, the cursor unmoved, for any
-    /// other token, which [`Self::number`] then cuts.
-    fn short_integer(&mut self) -> Option<i64> {
-        let rest = self.rest();
-        let negative = rest.first() == Some(&b'-');
-        let digits = rest.get(usize::from(negative)..).unwrap_or_default();
-        let n = digits
-            .iter()
-            .take(19)
-            .take_while(|d| d.is_ascii_digit())
-            .count();
-        let token_goes_on = matches!(
-            digits.get(n),
-            Some(b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
-        );
-        if n == 0 || n > 18 || token_goes_on {
-            return None;
-        }
-        let magnitude = digits[..n]
-            .iter()
-            .fold(0i64, |v, &d| v * 10 + i64::from(d - b'0'));
-        self.at += usize::from(negative) + n;
-        Some(if negative { -magnitude } else { magnitude })
-    }
-
-    /// The number token at the cursor read as an `f64`, when it is a JSON number without
-    /// an exponent and with at most 15 digits; `None`, the cursor unmoved, for any other
-    /// token, which [`Self::number`] then cuts. Its digits as a whole number and the power
-    /// of ten it is divided by are both exact in an `f64`, so the one division rounds
-    /// correctly: the value `str::parse` reads (its own fast path for such numbers).
-    fn short_float(&mut self) -> Option<f64> {
-        const POWERS: [f64; 16] = [
-            1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-        ];
-        let rest = self.rest();
-        let negative = rest.first() == Some(&b'-');
-        let mut at = usize::from(negative);
-        let digits_at = |at: usize| {
-            rest.get(at..)
-                .unwrap_or_default()
-                .iter()
-                .take(16)
-                .take_while(|d| d.is_ascii_digit())
-                .count()
-        };
-        let int = digits_at(at);
-        // JSON's grammar: no leading zero (`01`), digits on both sides of a point.
-        if int == 0 || (int > 1 && rest[at] == b'0') {
-            return None;
-        }
-        let mut mantissa = rest[at..at + int]
-            .iter()
-            .fold(0u64, |v, &d| v * 10 + u64::from(d - b'0'));
-        at += int;
-        let mut scale = 0;
-        if rest.get(at) == Some(&b'.') {
-            scale = digits_at(at + 1);
-            if scale == 0 || int + scale > 15 {
-                return None;
-            }
-            mantissa = rest[at + 1..at + 1 + scale]
-                .iter()
-                .fold(mantissa, |v, &d| v * 10 + u64::from(d - b'0'));
-            at += 1 + scale;
-        }
-        let token_goes_on = matches!(
-            rest.get(at),
-            Some(b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
-        );
-        if int + scale > 15 || token_goes_on {
-            return None;
-        }
-        // Below 10^15 < 2^53: exact.
-        let v = mantissa as f64 / POWERS[scale];
-        self.at += at;
-        Some(if negative { -v } else { v })
-    }
-
     /// The string at the cursor (after its opening quote), up to its closing quote, which
     /// is consumed: in place when it has no escapes, else decoded into `scratch`.
     fn string<'s>(&mut self, scratch: &'s mut String) -> Read<&'s str>
@@ -669,6 +591,43 @@ fn hex4(digits: Option<&[u8]>) -> Read<u32> {
         .ok_or(Declined)
 }
 
+/// A number token read as an `f64` when it is a JSON number without an exponent and with
+/// at most 15 digits; `None` for any other token, which [`float`] then reads. Its digits as
+/// a whole number and the power of ten it is divided by are both exact in an `f64`, so the
+/// one division rounds correctly: the value `str::parse` reads (its own fast path for such
+/// numbers).
+fn short_float(token: &str) -> Option<f64> {
+    const POWERS: [f64; 16] = [
+        1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+    ];
+    let (negative, digits) = match token.as_bytes().split_first()? {
+        (b'-', rest) => (true, rest),
+        _ => (false, token.as_bytes()),
+    };
+    let point = digits.iter().position(|&b| b == b'.');
+    let (int, frac) = match point {
+        Some(p) => (&digits[..p], &digits[p + 1..]),
+        None => (digits, &[][..]),
+    };
+    // JSON's grammar: no leading zero (`01`), digits on both sides of a point.
+    let leading_zero = int.len() > 1 && int[0] == b'0';
+    if int.is_empty()
+        || leading_zero
+        || (point.is_some() && frac.is_empty())
+        || int.len() + frac.len() > 15
+        || !int.iter().chain(frac).all(u8::is_ascii_digit)
+    {
+        return None;
+    }
+    let mantissa = int
+        .iter()
+        .chain(frac)
+        .fold(0u64, |v, &d| v * 10 + u64::from(d - b'0'));
+    // Below 10^15 < 2^53: exact.
+    let v = mantissa as f64 / POWERS[frac.len()];
+    Some(if negative { -v } else { v })
+}
+
 /// Whether `literal` is a JSON number (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`):
 /// on these, `str::parse` and arrow-json's float parser agree, both rounding correctly.
 fn is_json_number(literal: &str) -> bool {
@@ -771,7 +730,7 @@ impl Column {
         matches!(self, Self::Int32(_) | Self::Int64(_))
     }
 
-    /// A number token read as a whole number (by [`Cursor::short_integer`]): appended if
+    /// A number token read as a whole number (by [`value::short_integer`]): appended if
     /// in range, as [`Self::number`] would append the token.
     fn whole(&mut self, v: i64) -> Read {
         match self {

@@ -72,7 +72,7 @@ pub(super) struct FlatDecoder {
     /// before reuse.
     dirty: bool,
     /// Strings with escapes, decoded.
-    scratch: String,
+    scratch: Vec<u8>,
 }
 
 impl FlatDecoder {
@@ -105,7 +105,7 @@ impl FlatDecoder {
             chunked: 0,
             chunks: vec![Vec::new(); fields.len()],
             dirty: false,
-            scratch: String::new(),
+            scratch: Vec::new(),
         })
     }
 
@@ -237,10 +237,7 @@ impl FlatDecoder {
         match cur.peek() {
             Some(b'"') => {
                 cur.at += 1;
-                match column {
-                    Column::String(b) => cur.string_into(b),
-                    _ => column.string(cur.string(&mut self.scratch)?),
-                }
+                column.string(cur.string(&mut self.scratch)?)
             }
             Some(b'-' | b'0'..=b'9') => {
                 let token = cur.number();
@@ -277,7 +274,7 @@ impl FlatDecoder {
 
 /// Skips the value at `cur`, which must be valid where arrow-json's tape would check it:
 /// the value of a key not in the schema, which arrow-json reads and ignores.
-fn skip_value(cur: &mut Cursor<'_>, scratch: &mut String, depth: usize) -> Read {
+fn skip_value(cur: &mut Cursor<'_>, scratch: &mut Vec<u8>, depth: usize) -> Read {
     match cur.peek() {
         Some(b'"') => {
             cur.at += 1;
@@ -454,86 +451,143 @@ impl<'a> Cursor<'a> {
 
     /// The string at the cursor (after its opening quote), up to its closing quote, which
     /// is consumed: in place when it has no escapes, else decoded into `scratch`.
-    fn string<'s>(&mut self, scratch: &'s mut String) -> Read<&'s str>
+    ///
+    /// Inline, as most strings have no escapes; the decoding is a call of its own.
+    #[inline(always)]
+    fn string<'s>(&mut self, scratch: &'s mut Vec<u8>) -> Read<&'s str>
     where
         'a: 's,
     {
-        if let Some(plain) = self.plain_string()? {
-            return Ok(plain);
-        }
-        scratch.clear();
-        self.unescape(scratch)?;
-        Ok(scratch.as_str())
-    }
-
-    /// The string at the cursor, as [`Self::string`] reads it, appended to `column`: with
-    /// escapes, decoded straight into the column's buffer.
-    fn string_into(&mut self, column: &mut StringBuilder) -> Read {
-        match self.plain_string()? {
-            Some(plain) => column.append_value(plain),
-            None => {
-                // Written pieces become part of the next value appended; a declined line
-                // leaves them behind, and the decoder's builders are finished (the pieces
-                // dropped) before it reads again (see `FlatDecoder::push`).
-                self.unescape(column)?;
-                column.append_value("");
-            }
-        }
-        Ok(())
-    }
-
-    /// The string at the cursor, consumed, when it has no escapes; `None`, the cursor
-    /// unmoved, when it has.
-    fn plain_string(&mut self) -> Read<Option<&'a str>> {
+        let bytes = self.text.as_bytes();
         let start = self.at;
         let end = start + quote_or_backslash(self.rest()).ok_or(Declined)?;
-        if self.text.as_bytes()[end] != b'"' {
-            return Ok(None);
+        if bytes[end] == b'"' {
+            self.at = end + 1;
+            // Quotes are ASCII: the string's ends are character boundaries.
+            return self.text.get(start..end).ok_or(Declined);
         }
-        self.at = end + 1;
-        // Quotes are ASCII: the string's ends are character boundaries.
-        self.text.get(start..end).ok_or(Declined).map(Some)
+        self.escaped_string(start, end, scratch)
     }
 
-    /// Decodes the string at the cursor, escapes and all, into `out`, up to and consuming
-    /// its closing quote.
-    fn unescape(&mut self, out: &mut impl std::fmt::Write) -> Read {
+    /// The string from `start`, whose first escape is at `end`, decoded into `scratch`.
+    #[inline(never)]
+    fn escaped_string<'s>(
+        &mut self,
+        start: usize,
+        end: usize,
+        scratch: &'s mut Vec<u8>,
+    ) -> Read<&'s str> {
+        scratch.clear();
+        scratch.extend_from_slice(self.text.as_bytes().get(start..end).ok_or(Declined)?);
+        self.at = end;
+        self.unescape(scratch)?;
+        // Runs of the line cut at ASCII bytes and characters encoded whole: UTF-8, which
+        // safe code has to check again to read as text (a fraction of decoding it).
+        simdutf8::basic::from_utf8(scratch).map_err(|_| Declined)
+    }
+
+    /// Decodes the rest of a string from the cursor, escapes and all, appending it to
+    /// `out`, up to and consuming its closing quote. Runs between escapes are copied a word
+    /// at a time: eight bytes appended whole, then cut back to the quote or backslash
+    /// among them; escapes are encoded as UTF-8 in place.
+    fn unescape(&mut self, out: &mut Vec<u8>) -> Read {
         let bytes = self.text.as_bytes();
         let mut at = self.at;
         loop {
-            let rest = bytes.get(at..).unwrap_or_default();
-            let end = at + quote_or_backslash(rest).ok_or(Declined)?;
-            let piece = self.text.get(at..end).ok_or(Declined)?;
-            out.write_str(piece).map_err(|_| Declined)?;
+            let end = loop {
+                match bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+                    Some(chunk) => {
+                        let found = quotes_or_backslashes(u64::from_le_bytes(*chunk));
+                        out.extend_from_slice(chunk);
+                        if found != 0 {
+                            let skipped = 8 - (found.trailing_zeros() / 8) as usize;
+                            out.truncate(out.len() - skipped);
+                            break at + 8 - skipped;
+                        }
+                        at += 8;
+                    }
+                    None => {
+                        let tail = bytes.get(at..).unwrap_or_default();
+                        let i = tail
+                            .iter()
+                            .position(|&b| b == b'"' || b == b'\\')
+                            .ok_or(Declined)?;
+                        out.extend_from_slice(&tail[..i]);
+                        break at + i;
+                    }
+                }
+            };
             if bytes[end] == b'"' {
                 self.at = end + 1;
                 return Ok(());
             }
-            let (c, len) = escape(bytes.get(end + 1..).unwrap_or_default())?;
-            self.misread_pair |=
-                len == PAIR_LEN && super::arrow_json_misreads_pair((u32::from(c) - 0x1_0000) >> 10);
-            out.write_char(c).map_err(|_| Declined)?;
-            at = end + 1 + len;
+            at = end + 1 + self.escape(bytes.get(end + 1..).unwrap_or_default(), out)?;
         }
     }
+
+    /// Appends the character of the escape `escaped` starts with (after its backslash) to
+    /// `out`, as arrow-json's tape decodes it, and returns the escape's length.
+    fn escape(&mut self, escaped: &[u8], out: &mut Vec<u8>) -> Read<usize> {
+        let byte = match escaped.first().ok_or(Declined)? {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'/' => b'/',
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'n' => b'\n',
+            b'r' => b'\r',
+            b't' => b'\t',
+            b'u' => {
+                let code = hex4(escaped.get(1..5))?;
+                // Encoded here as `char::encode_utf8` would, a byte at a time: `push` stays
+                // inline where appending a slice of two or three may become a `memcpy` call.
+                match code {
+                    0..=0x7f => out.push(code as u8),
+                    0x80..=0x7ff => {
+                        out.push(0xc0 | (code >> 6) as u8);
+                        out.push(0x80 | (code & 0x3f) as u8);
+                    }
+                    0xd800..=0xdfff => {
+                        let (c, len) = unicode_escape(escaped)?;
+                        self.misread_pair |= len == PAIR_LEN
+                            && super::arrow_json_misreads_pair((u32::from(c) - 0x1_0000) >> 10);
+                        out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+                        return Ok(len);
+                    }
+                    _ => {
+                        out.push(0xe0 | (code >> 12) as u8);
+                        out.push(0x80 | (code >> 6 & 0x3f) as u8);
+                        out.push(0x80 | (code & 0x3f) as u8);
+                    }
+                }
+                return Ok(5);
+            }
+            _ => return Err(Declined),
+        };
+        out.push(byte);
+        Ok(1)
+    }
+}
+
+/// The bytes of `word` that are `"` or `\`, each marked by its high bit; the lowest marked
+/// byte is exact (a borrow only sets bits above one), the others may not be.
+fn quotes_or_backslashes(word: u64) -> u64 {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
+    let zeros = |w: u64| w.wrapping_sub(ONES) & !w & HIGHS;
+    zeros(word ^ (ONES * u64::from(b'"'))) | zeros(word ^ (ONES * u64::from(b'\\')))
 }
 
 /// The first `"` or `\` in `bytes`. Most strings are short and their runs between
 /// escapes shorter, so the first 32 bytes are searched eight at a time in a word, inline,
 /// and only the rest by `memchr2`, whose call and set-up cost more than such a string.
 fn quote_or_backslash(bytes: &[u8]) -> Option<usize> {
-    const ONES: u64 = u64::from_le_bytes([1; 8]);
-    const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
-    // A byte of `w` is zero where `x` has the byte sought; the lowest set high bit of
-    // `zeros` marks the first zero byte exactly (a borrow only sets bits above one).
-    let zeros = |w: u64| w.wrapping_sub(ONES) & !w & HIGHS;
     let mut at = 0;
     while let Some(chunk) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
         if at == 32 {
             return memchr2(b'"', b'\\', &bytes[at..]).map(|i| at + i);
         }
-        let x = u64::from_le_bytes(*chunk);
-        let found = zeros(x ^ (ONES * u64::from(b'"'))) | zeros(x ^ (ONES * u64::from(b'\\')));
+        let found = quotes_or_backslashes(u64::from_le_bytes(*chunk));
         if found != 0 {
             return Some(at + (found.trailing_zeros() / 8) as usize);
         }
@@ -543,24 +597,6 @@ fn quote_or_backslash(bytes: &[u8]) -> Option<usize> {
     tail.iter()
         .position(|&b| b == b'"' || b == b'\\')
         .map(|i| at + i)
-}
-
-/// The character of the escape `escaped` starts with (after its backslash), and the
-/// escape's length, as arrow-json's tape decodes it.
-fn escape(escaped: &[u8]) -> Read<(char, usize)> {
-    let c = match escaped.first().ok_or(Declined)? {
-        b'"' => '"',
-        b'\\' => '\\',
-        b'/' => '/',
-        b'b' => '\u{8}',
-        b'f' => '\u{c}',
-        b'n' => '\n',
-        b'r' => '\r',
-        b't' => '\t',
-        b'u' => return unicode_escape(escaped),
-        _ => return Err(Declined),
-    };
-    Ok((c, 1))
 }
 
 /// `u` and four hex digits, or a surrogate pair of two such escapes.
@@ -583,12 +619,24 @@ fn unicode_escape(escaped: &[u8]) -> Read<(char, usize)> {
 /// The length of an escaped surrogate pair after its first backslash (`uD840\uDC00`).
 const PAIR_LEN: usize = 11;
 
+/// Each byte's value as a hex digit (`0-9a-fA-F`, as `char::to_digit(16)` reads them), and
+/// for any other byte a bit above those four digits can reach, however shifted.
+const HEX: [u64; 256] = {
+    let mut table = [1 << 32; 256];
+    let mut i = 0;
+    while i < 16 {
+        table[b"0123456789abcdef"[i] as usize] = i as u64;
+        table[b"0123456789ABCDEF"[i] as usize] = i as u64;
+        i += 1;
+    }
+    table
+};
+
+/// Four hex digits as a number.
 fn hex4(digits: Option<&[u8]>) -> Read<u32> {
-    digits
-        .ok_or(Declined)?
-        .iter()
-        .try_fold(0, |v, &d| Some(v << 4 | char::from(d).to_digit(16)?))
-        .ok_or(Declined)
+    let digits = digits.and_then(<[u8]>::first_chunk::<4>).ok_or(Declined)?;
+    let [a, b, c, d] = digits.map(|digit| HEX[usize::from(digit)]);
+    u32::try_from(a << 12 | b << 8 | c << 4 | d).map_err(|_| Declined)
 }
 
 /// A number token read as an `f64` when it is a JSON number without an exponent and with
@@ -861,6 +909,77 @@ mod tests {
                         "{rest:?}"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn escaped_strings_decode_to_the_text_they_spell() {
+        let mut state = 0x7e5u64;
+        let mut next = |n: u64| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) % n
+        };
+        // Characters at the edges of every UTF-8 length, and those JSON must escape.
+        let pool = [
+            'a',
+            'Z',
+            ' ',
+            '/',
+            '"',
+            '\\',
+            '\n',
+            '\t',
+            '\u{1}',
+            '\u{7f}',
+            '\u{80}',
+            'é',
+            '\u{7ff}',
+            '\u{800}',
+            '€',
+            '中',
+            '\u{d7ff}',
+            '\u{e000}',
+            '\u{ffff}',
+            '\u{10000}',
+            '😀',
+            '\u{10ffff}',
+        ];
+        let mut scratch = Vec::new();
+        for len in 0..60 {
+            for _ in 0..50 {
+                let text: String = (0..len).map(|_| pool[next(22) as usize]).collect();
+                let mut line = String::from("\"");
+                for c in text.chars() {
+                    let must = matches!(c, '"' | '\\') || c < ' ';
+                    let choice = next(4);
+                    match c {
+                        '"' | '\\' | '/' if choice == 0 => line.extend(['\\', c]),
+                        '\n' if choice == 0 => line.push_str("\\n"),
+                        '\t' if choice == 0 => line.push_str("\\t"),
+                        _ if must || choice < 3 => {
+                            let mut units = [0; 2];
+                            for unit in c.encode_utf16(&mut units) {
+                                if next(2) == 0 {
+                                    line.push_str(&format!("\\u{unit:04x}"));
+                                } else {
+                                    line.push_str(&format!("\\u{unit:04X}"));
+                                }
+                            }
+                        }
+                        _ => line.push(c),
+                    }
+                }
+                line.push('"');
+                line.push_str(&",\"n\":1}"[..next(8) as usize]);
+                let mut cur = Cursor::new(&line);
+                cur.at = 1;
+                assert_eq!(cur.string(&mut scratch), Ok(text.as_str()), "{line}");
+                assert_eq!(&line[cur.at..], &",\"n\":1}"[..line.len() - cur.at]);
+                let expected: String = serde_json::from_str(&line[..cur.at]).unwrap();
+                assert_eq!(expected, text);
             }
         }
     }

@@ -37,6 +37,50 @@ const MAX_EXPONENT: i64 = 1_000;
 /// the point. Returns the unscaled value, exactly, or why there is none: extra fraction
 /// digits are accepted only when they are zeros (`1.500` in `decimal(12,2)` is 1.50).
 pub(super) fn decimal(text: &str, precision: u8, scale: u8) -> Result<i128, DecimalError> {
+    match short_decimal(text.as_bytes(), precision, scale) {
+        Some(value) => Ok(value),
+        None => any_decimal(text, precision, scale),
+    }
+}
+
+/// The common spelling `-?digits[.digits]`, at most 18 digits and no more after the point
+/// than the scale, read in an `i64`, as [`any_decimal`] reads it; `None` for anything else
+/// (and for a value too large for the type, whose error [`any_decimal`] gives).
+fn short_decimal(text: &[u8], precision: u8, scale: u8) -> Option<i128> {
+    let (negative, digits) = match text.split_first()? {
+        (b'-', rest) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.len() > 19 {
+        return None;
+    }
+    let (mut value, mut point) = (0i64, None);
+    for (i, &d) in digits.iter().enumerate() {
+        match d {
+            // Wraps only with 19 digits, which are refused below.
+            b'0'..=b'9' => value = value.wrapping_mul(10).wrapping_add(i64::from(d - b'0')),
+            b'.' if point.is_none() => point = Some(i),
+            _ => return None,
+        }
+    }
+    let fraction = point.map_or(0, |p| digits.len() - p - 1);
+    let count = digits.len() - usize::from(point.is_some());
+    if count == 0 || count > 18 || fraction > usize::from(scale) {
+        return None;
+    }
+    if value == 0 {
+        return Some(0);
+    }
+    let zeros = u32::from(scale) - fraction as u32;
+    if value.ilog10() + 1 + zeros > u32::from(precision) {
+        return None;
+    }
+    let value = i128::from(value) * 10i128.pow(zeros);
+    Some(if negative { -value } else { value })
+}
+
+/// [`decimal`] for any spelling.
+fn any_decimal(text: &str, precision: u8, scale: u8) -> Result<i128, DecimalError> {
     let s = text.trim_ascii().as_bytes();
     let (negative, s) = match s.split_first() {
         Some((b'-', rest)) => (true, rest),
@@ -163,6 +207,12 @@ pub(super) fn short_integer(literal: &str) -> Option<i64> {
 /// Reads `text` as a date: what arrow-cast reads as a date (`2024-01-02`, `20240102`,
 /// `+10999-12-31`), but not a date-time, whose time of day (and offset) would be dropped.
 pub(super) fn date(text: &str) -> Result<i32, String> {
+    // The common spelling, read without arrow-cast's general parser (which reads the same).
+    if text.len() == 10
+        && let Some(days) = ymd_days(text.as_bytes())
+    {
+        return i32::try_from(days).map_err(|_| format!("cannot parse {text:?} as date"));
+    }
     let t = text.trim_ascii();
     if t.len() > 10 && !t.starts_with(['+', '-']) && string_to_datetime(&Utc, t).is_ok() {
         return Err(format!(
@@ -189,32 +239,61 @@ pub(super) fn timestamp(text: &str) -> Result<i64, String> {
     Ok(at.timestamp_micros())
 }
 
-/// The common spelling `YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z` (or with a space for the `T`)
-/// read straight to microseconds since the epoch, without the general parser; `None`
-/// for anything else, including a value with digits below the microsecond, which
-/// [`timestamp`] then reads (or refuses) the general way. Where this reads a value,
-/// `string_to_datetime` reads the same.
+/// The common spellings `YYYY-MM-DDTHH:MM:SS[.f{1,9}]` then `Z` or an offset `±HH:MM`
+/// (with a space for the `T` or not) read straight to microseconds since the epoch, without
+/// the general parser; `None` for anything else, including a value with digits below the
+/// microsecond, which [`timestamp`] then reads (or refuses) the general way. Where this
+/// reads a value, `string_to_datetime` reads the same.
 fn utc_micros(t: &[u8]) -> Option<i64> {
-    let digits = |range: std::ops::Range<usize>| -> Option<u32> {
-        t.get(range)?.iter().try_fold(0u32, |v, &d| {
-            d.is_ascii_digit().then(|| v * 10 + u32::from(d - b'0'))
-        })
+    let digits = |range: std::ops::Range<usize>| digits(t.get(range)?);
+    let (zone, offset) = match t.last()? {
+        b'Z' => (1, 0),
+        _ => {
+            // An offset of less than a day, as arrow-cast reads it (`+05:30`, `-00:00`).
+            let at = t.len().checked_sub(6)?;
+            let sign = match t[at] {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let (hours, minutes) = (digits(at + 1..at + 3)?, digits(at + 4..at + 6)?);
+            if t[at + 3] != b':' || hours > 23 || minutes > 59 {
+                return None;
+            }
+            (6, sign * i64::from(hours * 3600 + minutes * 60))
+        }
     };
-    if t.len() < 20
-        || t[4] != b'-'
-        || t[7] != b'-'
-        || !matches!(t[10], b'T' | b' ')
-        || t[13] != b':'
-        || t[16] != b':'
-        || t[t.len() - 1] != b'Z'
-    {
+    if t.len() < 19 + zone || !matches!(t[10], b'T' | b' ') || t[13] != b':' || t[16] != b':' {
         return None;
     }
-    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let days = ymd_days(t)?;
     let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
     if hour > 23 || minute > 59 || second > 59 {
         return None;
     }
+    let fraction = &t[19..t.len() - zone];
+    let micros = match fraction.split_first() {
+        None => 0,
+        Some((b'.', f)) if (1..=6).contains(&f.len()) => {
+            digits(20..20 + f.len())? * 10u32.pow(6 - f.len() as u32)
+        }
+        Some((b'.', f)) if (7..=9).contains(&f.len()) && f[6..].iter().all(|&d| d == b'0') => {
+            digits(20..26)?
+        }
+        _ => return None,
+    };
+    let seconds = days * 86_400 + i64::from(hour * 3600 + minute * 60 + second) - offset;
+    Some(seconds * 1_000_000 + i64::from(micros))
+}
+
+/// `YYYY-MM-DD` at the start of `t` as days since 1970-01-01, when it is a date of the
+/// proleptic Gregorian calendar (what chrono's `NaiveDate` holds); `None` otherwise.
+#[inline]
+fn ymd_days(t: &[u8]) -> Option<i64> {
+    if t.get(4) != Some(&b'-') || t.get(7) != Some(&b'-') {
+        return None;
+    }
+    let (year, month, day) = (digits(&t[0..4])?, digits(&t[5..7])?, digits(t.get(8..10)?)?);
     let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
     let month_days = match month {
         1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
@@ -226,17 +305,6 @@ fn utc_micros(t: &[u8]) -> Option<i64> {
     if day == 0 || day > month_days {
         return None;
     }
-    let fraction = &t[19..t.len() - 1];
-    let micros = match fraction.split_first() {
-        None => 0,
-        Some((b'.', f)) if (1..=6).contains(&f.len()) => {
-            digits(20..20 + f.len())? * 10u32.pow(6 - f.len() as u32)
-        }
-        Some((b'.', f)) if (7..=9).contains(&f.len()) && f[6..].iter().all(|&d| d == b'0') => {
-            digits(20..26)?
-        }
-        _ => return None,
-    };
     // Days since 1970-01-01 of the proleptic Gregorian date (years from March on).
     let (y, m) = if month <= 2 {
         (i64::from(year) - 1, month + 9)
@@ -247,9 +315,14 @@ fn utc_micros(t: &[u8]) -> Option<i64> {
     let year_of_era = y - era * 400;
     let day_of_year = i64::from((153 * m + 2) / 5 + day - 1);
     let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    let days = era * 146_097 + day_of_era - 719_468;
-    let seconds = days * 86_400 + i64::from(hour * 3600 + minute * 60 + second);
-    Some(seconds * 1_000_000 + i64::from(micros))
+    Some(era * 146_097 + day_of_era - 719_468)
+}
+
+/// ASCII digits as a number (`None` if any byte is not one).
+fn digits(t: &[u8]) -> Option<u32> {
+    t.iter().try_fold(0u32, |v, &d| {
+        d.is_ascii_digit().then(|| v * 10 + u32::from(d - b'0'))
+    })
 }
 
 /// True when `text`, read as an infinite float, says so itself (`inf`, `-Infinity`…)
@@ -482,6 +555,11 @@ mod tests {
             "2000-02-29T10:20:30.250000Z",
             "2023-04-30T00:00:00Z",
             "1969-12-31T23:59:59.999999Z",
+            "2024-01-01T08:15:30.123+02:00",
+            "1999-12-31 23:59:59-05:30",
+            "2024-02-29T00:00:00.123456-23:59",
+            "1970-01-01T00:00:00+00:00",
+            "0000-03-01T23:00:00.5+23:00",
         ];
         let mut fast = 0;
         for round in 0..200_000 {
@@ -506,11 +584,80 @@ mod tests {
                 assert_eq!(at.unwrap().timestamp_subsec_nanos() % 1000, 0, "{text:?}");
             }
         }
-        assert!(fast > 20_000, "the fast path read only {fast}");
+        assert!(fast > 30_000, "the fast path read only {fast}");
         assert_eq!(
             timestamp("2024-01-01T00:00:00.943Z"),
             Ok(1_704_067_200_943_000)
         );
+    }
+
+    /// Wherever the fast path reads a date, arrow-cast's parser reads the same.
+    #[test]
+    fn the_date_fast_path_agrees_with_arrow_cast() {
+        const ALPHABET: &[u8] = b"0123456789012345-+ T";
+        let mut next = xorshift(0xbb67_ae85_84ca_a73b_u64);
+        let bases = [
+            "2024-02-29",
+            "2023-02-28",
+            "1900-02-28",
+            "2000-02-29",
+            "0000-01-01",
+            "9999-12-31",
+            "1969-12-31",
+            "1970-01-01",
+            "2024-04-30",
+        ];
+        let mut fast = 0;
+        for round in 0..100_000 {
+            let mut text = bases[round % bases.len()].as_bytes().to_vec();
+            for _ in 0..next() % 3 {
+                let at = next() as usize % text.len();
+                match next() % 3 {
+                    0 => text[at] = ALPHABET[next() as usize % ALPHABET.len()],
+                    1 => drop(text.remove(at)),
+                    _ => text.insert(at, ALPHABET[next() as usize % ALPHABET.len()]),
+                }
+            }
+            let text = String::from_utf8(text).unwrap();
+            if text.len() == 10
+                && let Some(days) = ymd_days(text.as_bytes())
+            {
+                fast += 1;
+                assert_eq!(
+                    Date32Type::parse(&text).map(i64::from),
+                    Some(days),
+                    "{text:?}"
+                );
+                assert_eq!(date(&text).map(i64::from), Ok(days), "{text:?}");
+            }
+        }
+        assert!(fast > 20_000, "the fast path read only {fast}");
+    }
+
+    /// Wherever the fast path reads a decimal, the general reading gives the same.
+    #[test]
+    fn the_decimal_fast_path_agrees_with_the_general_reading() {
+        const ALPHABET: &[u8] = b"0123456789000999.-+e ";
+        let mut next = xorshift(0x3c6e_f372_fe94_f82b_u64);
+        let mut fast = 0;
+        for _ in 0..200_000 {
+            let len = next() as usize % 24;
+            let text: Vec<u8> = (0..len)
+                .map(|_| ALPHABET[next() as usize % ALPHABET.len()])
+                .collect();
+            let text = String::from_utf8(text).unwrap();
+            let precision = 1 + (next() % 38) as u8;
+            let scale = (next() % (u64::from(precision) + 1)) as u8;
+            if let Some(value) = short_decimal(text.as_bytes(), precision, scale) {
+                fast += 1;
+                assert_eq!(
+                    any_decimal(&text, precision, scale),
+                    Ok(value),
+                    "{text:?} as decimal({precision},{scale})"
+                );
+            }
+        }
+        assert!(fast > 10_000, "the fast path read only {fast}");
     }
 
     #[test]

@@ -540,11 +540,34 @@ mod tests {
         );
     }
 
+    /// `rounds` texts, each one of `bases` in turn with up to `edits - 1` bytes replaced,
+    /// removed or inserted (from `alphabet`), at random places.
+    fn mutations<'a>(
+        bases: &'a [&str],
+        alphabet: &'a [u8],
+        seed: u64,
+        rounds: usize,
+        edits: u64,
+    ) -> impl Iterator<Item = String> + 'a {
+        let mut next = xorshift(seed);
+        (0..rounds).map(move |round| {
+            let mut text = bases[round % bases.len()].as_bytes().to_vec();
+            for _ in 0..next() % edits {
+                let at = next() as usize % text.len();
+                match next() % 3 {
+                    0 => text[at] = alphabet[next() as usize % alphabet.len()],
+                    1 => drop(text.remove(at)),
+                    _ => text.insert(at, alphabet[next() as usize % alphabet.len()]),
+                }
+            }
+            String::from_utf8(text).unwrap()
+        })
+    }
+
     /// Wherever the fast path reads a timestamp, the general parser reads the same.
     #[test]
     fn the_timestamp_fast_path_agrees_with_arrow_cast() {
         const ALPHABET: &[u8] = b"0123456789012345-: TZz.+";
-        let mut next = xorshift(0x6a09_e667_f3bc_c908_u64);
         let bases = [
             "2024-01-01T00:00:00.943Z",
             "1999-12-31 23:59:59Z",
@@ -562,17 +585,7 @@ mod tests {
             "0000-03-01T23:00:00.5+23:00",
         ];
         let mut fast = 0;
-        for round in 0..200_000 {
-            let mut text = bases[round % bases.len()].as_bytes().to_vec();
-            for _ in 0..next() % 4 {
-                let at = next() as usize % text.len();
-                match next() % 3 {
-                    0 => text[at] = ALPHABET[next() as usize % ALPHABET.len()],
-                    1 => drop(text.remove(at)),
-                    _ => text.insert(at, ALPHABET[next() as usize % ALPHABET.len()]),
-                }
-            }
-            let text = String::from_utf8(text).unwrap();
+        for text in mutations(&bases, ALPHABET, 0x6a09_e667_f3bc_c908, 200_000, 4) {
             if let Some(micros) = utc_micros(text.as_bytes()) {
                 fast += 1;
                 let at = string_to_datetime(&Utc, &text);
@@ -595,7 +608,6 @@ mod tests {
     #[test]
     fn the_date_fast_path_agrees_with_arrow_cast() {
         const ALPHABET: &[u8] = b"0123456789012345-+ T";
-        let mut next = xorshift(0xbb67_ae85_84ca_a73b_u64);
         let bases = [
             "2024-02-29",
             "2023-02-28",
@@ -608,17 +620,7 @@ mod tests {
             "2024-04-30",
         ];
         let mut fast = 0;
-        for round in 0..100_000 {
-            let mut text = bases[round % bases.len()].as_bytes().to_vec();
-            for _ in 0..next() % 3 {
-                let at = next() as usize % text.len();
-                match next() % 3 {
-                    0 => text[at] = ALPHABET[next() as usize % ALPHABET.len()],
-                    1 => drop(text.remove(at)),
-                    _ => text.insert(at, ALPHABET[next() as usize % ALPHABET.len()]),
-                }
-            }
-            let text = String::from_utf8(text).unwrap();
+        for text in mutations(&bases, ALPHABET, 0xbb67_ae85_84ca_a73b, 100_000, 3) {
             if text.len() == 10
                 && let Some(days) = ymd_days(text.as_bytes())
             {

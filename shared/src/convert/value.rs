@@ -43,31 +43,67 @@ pub(super) fn decimal(text: &str, precision: u8, scale: u8) -> Result<i128, Deci
     }
 }
 
+/// A number spelled `-?digits[.digits]`, cut at its sign and point (either side of the point
+/// may be empty); the fast paths of [`decimal`] and of the JSON decoder's floats read it.
+pub(super) struct PlainNumber<'a> {
+    pub(super) negative: bool,
+    pub(super) int: &'a [u8],
+    /// The digits after the point, `None` without a point.
+    pub(super) frac: Option<&'a [u8]>,
+}
+
+impl<'a> PlainNumber<'a> {
+    /// `None` when `text` has any other byte, or nothing.
+    pub(super) fn new(text: &'a [u8]) -> Option<Self> {
+        let (negative, digits) = match text.split_first()? {
+            (b'-', rest) => (true, rest),
+            _ => (false, text),
+        };
+        let (int, frac) = match digits.iter().position(|&b| b == b'.') {
+            Some(p) => (&digits[..p], Some(&digits[p + 1..])),
+            None => (digits, None),
+        };
+        let frac_digits = frac.unwrap_or_default();
+        int.iter()
+            .chain(frac_digits)
+            .all(u8::is_ascii_digit)
+            .then_some(Self {
+                negative,
+                int,
+                frac,
+            })
+    }
+
+    /// The digits after the point (none without one).
+    pub(super) fn frac_digits(&self) -> &'a [u8] {
+        self.frac.unwrap_or_default()
+    }
+
+    /// How many digits it has, before and after the point.
+    pub(super) fn count(&self) -> usize {
+        self.int.len() + self.frac_digits().len()
+    }
+
+    /// Its digits as one whole number, the point ignored; only for at most 19 digits.
+    pub(super) fn mantissa(&self) -> u64 {
+        self.int
+            .iter()
+            .chain(self.frac_digits())
+            .fold(0, |v, &d| v * 10 + u64::from(d - b'0'))
+    }
+}
+
 /// The common spelling `-?digits[.digits]`, at most 18 digits and no more after the point
 /// than the scale, read in an `i64`, as [`any_decimal`] reads it; `None` for anything else
 /// (and for a value too large for the type, whose error [`any_decimal`] gives).
 fn short_decimal(text: &[u8], precision: u8, scale: u8) -> Option<i128> {
-    let (negative, digits) = match text.split_first()? {
-        (b'-', rest) => (true, rest),
-        _ => (false, text),
-    };
-    if digits.len() > 19 {
-        return None;
-    }
-    let (mut value, mut point) = (0i64, None);
-    for (i, &d) in digits.iter().enumerate() {
-        match d {
-            // Wraps only with 19 digits, which are refused below.
-            b'0'..=b'9' => value = value.wrapping_mul(10).wrapping_add(i64::from(d - b'0')),
-            b'.' if point.is_none() => point = Some(i),
-            _ => return None,
-        }
-    }
-    let fraction = point.map_or(0, |p| digits.len() - p - 1);
-    let count = digits.len() - usize::from(point.is_some());
+    let number = PlainNumber::new(text)?;
+    let fraction = number.frac_digits().len();
+    let count = number.count();
     if count == 0 || count > 18 || fraction > usize::from(scale) {
         return None;
     }
+    let value = number.mantissa();
     if value == 0 {
         return Some(0);
     }
@@ -76,7 +112,7 @@ fn short_decimal(text: &[u8], precision: u8, scale: u8) -> Option<i128> {
         return None;
     }
     let value = i128::from(value) * 10i128.pow(zeros);
-    Some(if negative { -value } else { value })
+    Some(if number.negative { -value } else { value })
 }
 
 /// [`decimal`] for any spelling.
@@ -245,7 +281,7 @@ pub(super) fn timestamp(text: &str) -> Result<i64, String> {
 /// microsecond, which [`timestamp`] then reads (or refuses) the general way. Where this
 /// reads a value, `string_to_datetime` reads the same.
 fn utc_micros(t: &[u8]) -> Option<i64> {
-    let digits = |range: std::ops::Range<usize>| digits(t.get(range)?);
+    let number = |range: std::ops::Range<usize>| digits(t.get(range)?);
     let (zone, offset) = match t.last()? {
         b'Z' => (1, 0),
         _ => {
@@ -256,7 +292,7 @@ fn utc_micros(t: &[u8]) -> Option<i64> {
                 b'-' => -1,
                 _ => return None,
             };
-            let (hours, minutes) = (digits(at + 1..at + 3)?, digits(at + 4..at + 6)?);
+            let (hours, minutes) = (number(at + 1..at + 3)?, number(at + 4..at + 6)?);
             if t[at + 3] != b':' || hours > 23 || minutes > 59 {
                 return None;
             }
@@ -267,7 +303,7 @@ fn utc_micros(t: &[u8]) -> Option<i64> {
         return None;
     }
     let days = ymd_days(t)?;
-    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
     if hour > 23 || minute > 59 || second > 59 {
         return None;
     }
@@ -275,10 +311,10 @@ fn utc_micros(t: &[u8]) -> Option<i64> {
     let micros = match fraction.split_first() {
         None => 0,
         Some((b'.', f)) if (1..=6).contains(&f.len()) => {
-            digits(20..20 + f.len())? * 10u32.pow(6 - f.len() as u32)
+            number(20..20 + f.len())? * 10u32.pow(6 - f.len() as u32)
         }
         Some((b'.', f)) if (7..=9).contains(&f.len()) && f[6..].iter().all(|&d| d == b'0') => {
-            digits(20..26)?
+            number(20..26)?
         }
         _ => return None,
     };

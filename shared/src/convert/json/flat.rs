@@ -548,11 +548,11 @@ impl<'a> Cursor<'a> {
                         out.push(0x80 | (code & 0x3f) as u8);
                     }
                     0xd800..=0xdfff => {
-                        let (c, len) = unicode_escape(escaped)?;
-                        self.misread_pair |= len == PAIR_LEN
-                            && super::arrow_json_misreads_pair((u32::from(c) - 0x1_0000) >> 10);
+                        let c = surrogate_pair(code, escaped)?;
+                        self.misread_pair |=
+                            super::arrow_json_misreads_pair((u32::from(c) - 0x1_0000) >> 10);
                         out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
-                        return Ok(len);
+                        return Ok(PAIR_LEN);
                     }
                     _ => {
                         out.push(0xe0 | (code >> 12) as u8);
@@ -599,12 +599,9 @@ fn quote_or_backslash(bytes: &[u8]) -> Option<usize> {
         .map(|i| at + i)
 }
 
-/// `u` and four hex digits, or a surrogate pair of two such escapes.
-fn unicode_escape(escaped: &[u8]) -> Read<(char, usize)> {
-    let high = hex4(escaped.get(1..5))?;
-    if let Some(c) = char::from_u32(high) {
-        return Ok((c, 5));
-    }
+/// A surrogate pair after its first backslash (`uD840\uDC00`) whose first half, `high`, has
+/// been read: the character it stands for.
+fn surrogate_pair(high: u32, escaped: &[u8]) -> Read<char> {
     if escaped.get(5..7) != Some(b"\\u") {
         return Err(Declined);
     }
@@ -612,8 +609,7 @@ fn unicode_escape(escaped: &[u8]) -> Read<(char, usize)> {
     if !(0xD800..=0xDBFF).contains(&high) || !(0xDC00..=0xDFFF).contains(&low) {
         return Err(Declined);
     }
-    let c = 0x1_0000 + ((high - 0xD800) << 10) + (low - 0xDC00);
-    Ok((char::from_u32(c).ok_or(Declined)?, PAIR_LEN))
+    char::from_u32(0x1_0000 + ((high - 0xD800) << 10) + (low - 0xDC00)).ok_or(Declined)
 }
 
 /// The length of an escaped surrogate pair after its first backslash (`uD840\uDC00`).
@@ -648,32 +644,16 @@ fn short_float(token: &str) -> Option<f64> {
     const POWERS: [f64; 16] = [
         1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
     ];
-    let (negative, digits) = match token.as_bytes().split_first()? {
-        (b'-', rest) => (true, rest),
-        _ => (false, token.as_bytes()),
-    };
-    let point = digits.iter().position(|&b| b == b'.');
-    let (int, frac) = match point {
-        Some(p) => (&digits[..p], &digits[p + 1..]),
-        None => (digits, &[][..]),
-    };
+    let number = value::PlainNumber::new(token.as_bytes())?;
     // JSON's grammar: no leading zero (`01`), digits on both sides of a point.
-    let leading_zero = int.len() > 1 && int[0] == b'0';
-    if int.is_empty()
-        || leading_zero
-        || (point.is_some() && frac.is_empty())
-        || int.len() + frac.len() > 15
-        || !int.iter().chain(frac).all(u8::is_ascii_digit)
-    {
+    let leading_zero = number.int.len() > 1 && number.int[0] == b'0';
+    if number.int.is_empty() || leading_zero || number.frac == Some(&[]) || number.count() > 15 {
         return None;
     }
-    let mantissa = int
-        .iter()
-        .chain(frac)
-        .fold(0u64, |v, &d| v * 10 + u64::from(d - b'0'));
+    let mantissa = number.mantissa();
     // Below 10^15 < 2^53: exact.
-    let v = mantissa as f64 / POWERS[frac.len()];
-    Some(if negative { -v } else { v })
+    let v = mantissa as f64 / POWERS[number.frac_digits().len()];
+    Some(if number.negative { -v } else { v })
 }
 
 /// Whether `literal` is a JSON number (`-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`):

@@ -71,18 +71,6 @@ pub const DEFAULT_PAGE_MEMORY_BYTES: usize = 4 << 20;
 /// "Dictionaries that fit the cache").
 pub const DEFAULT_DICTIONARY_BYTES: usize = 1 << 20;
 
-/// Size at which a data page is closed (uncompressed, checked after each batch of a
-/// column's values), a quarter of the writer's default of 1 MiB. A page is compressed
-/// whole, at once, by the thread that fills it: at 1 MiB, a column of long strings made
-/// tasks of several milliseconds that the other thread ended up waiting for, and each
-/// column writer held a megabyte or two of values until its page closed. At 256 KiB, wide
-/// rows on two threads took 4–13% less wall time (both threads busy 97% of the time
-/// instead of 86%) and 15–19 MB less peak memory (10 MB less on one thread), for files
-/// 0.4–0.6% larger and 0.7% more instructions in zstd; on one thread the paired timings
-/// did not settle between 2% less and 7% more CPU (BENCHMARKS.md, "Pages of 256 KiB").
-/// The 20,000-row cap on a page stays the writer's default.
-const DATA_PAGE_BYTES: usize = 256 << 10;
-
 /// Default of [`ConvertSpec::max_record_bytes`]: 8 MiB.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 8 << 20;
 
@@ -799,7 +787,6 @@ fn writer_builder(
         .set_max_row_group_row_count(Some(spec.row_group_rows))
         .set_max_row_group_bytes(Some(max_bytes))
         .set_dictionary_enabled(true)
-        .set_data_page_size_limit(DATA_PAGE_BYTES)
         .set_statistics_enabled(EnabledStatistics::Page))
 }
 

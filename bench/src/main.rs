@@ -254,6 +254,13 @@ fn convert_file(
             .map_err(|e| format!("BENCH_PAGE_MEMORY_MIB={mib:?}: {e}"))?
             << 20;
     }
+    // A source's `output.page_kib`, for measuring page sizes.
+    if let Ok(kib) = std::env::var("BENCH_PAGE_KIB") {
+        spec.page_bytes = kib
+            .parse::<usize>()
+            .map_err(|e| format!("BENCH_PAGE_KIB={kib:?}: {e}"))?
+            << 10;
+    }
     // A source's `output.dictionary_kib`, for measuring dictionaries against their memory.
     if let Ok(kib) = std::env::var("BENCH_DICTIONARY_KIB") {
         spec.dictionary_bytes = kib

@@ -71,6 +71,11 @@ pub const DEFAULT_PAGE_MEMORY_BYTES: usize = 4 << 20;
 /// "Dictionaries that fit the cache").
 pub const DEFAULT_DICTIONARY_BYTES: usize = 1 << 20;
 
+/// Default of [`ConvertSpec::page_bytes`]: 1 MiB, arrow-rs's default data page size. Smaller
+/// pages keep two threads busier (a page is one zstd call, which the other thread may wait
+/// for) and cost one thread CPU (BENCHMARKS.md, "A page size per source").
+pub const DEFAULT_PAGE_BYTES: usize = 1 << 20;
+
 /// Default of [`ConvertSpec::max_record_bytes`]: 8 MiB.
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 8 << 20;
 
@@ -202,6 +207,9 @@ pub struct ConvertSpec {
     /// dictionary. Every value of a dictionary column is looked up in it, and once it
     /// outgrows the CPU's cache each lookup waits on memory; see [`column_choices`].
     pub dictionary_bytes: usize,
+    /// Encoded size at which a Parquet data page closes (default [`DEFAULT_PAGE_BYTES`]);
+    /// a page also closes at 20,000 rows, arrow-rs's default.
+    pub page_bytes: usize,
     /// Decompressed size at which to give up with [`ConvertError::TooLarge`].
     pub max_decoded_bytes: Option<u64>,
     /// Longest record accepted, in decompressed bytes without its line terminator: a
@@ -240,6 +248,7 @@ impl ConvertSpec {
             row_group_bytes: DEFAULT_ROW_GROUP_BYTES,
             page_memory_bytes: DEFAULT_PAGE_MEMORY_BYTES,
             dictionary_bytes: DEFAULT_DICTIONARY_BYTES,
+            page_bytes: DEFAULT_PAGE_BYTES,
             max_decoded_bytes: None,
             max_record_bytes: DEFAULT_MAX_RECORD_BYTES,
             empty_strings: EmptyStrings::Null,
@@ -782,12 +791,16 @@ fn writer_builder(
             "row_group_bytes must be positive",
         ));
     }
+    if spec.page_bytes == 0 {
+        return Err(ConvertError::invalid_spec("page_bytes must be positive"));
+    }
     let level = ZstdLevel::try_new(spec.zstd_level)
         .map_err(|e| ConvertError::invalid_spec(format!("zstd_level {}: {e}", spec.zstd_level)))?;
     Ok(WriterProperties::builder()
         .set_compression(parquet::basic::Compression::ZSTD(level))
         .set_max_row_group_row_count(Some(spec.row_group_rows))
         .set_max_row_group_bytes(Some(max_bytes))
+        .set_data_page_size_limit(spec.page_bytes)
         .set_dictionary_enabled(true)
         .set_statistics_enabled(EnabledStatistics::Page))
 }
@@ -1406,6 +1419,7 @@ mod tests {
         assert!(with(|s| s.row_group_rows = 0).contains("positive"));
         assert!(with(|s| s.row_group_bytes = 0).contains("row_group_bytes must be positive"));
         assert!(with(|s| s.zstd_level = 99).contains("99"));
+        assert!(with(|s| s.page_bytes = 0).contains("page_bytes must be positive"));
         let unsupported = |s: &mut ConvertSpec| {
             s.schema = Arc::new(Schema::new(vec![arrow_schema::Field::new(
                 "x",
@@ -1483,6 +1497,48 @@ mod tests {
             assert!(matches!(err, ConvertError::Encode { .. }), "{err:?}");
             assert!(err.to_string().contains("disk full"), "{err}");
         }
+    }
+
+    #[test]
+    fn data_pages_close_at_the_page_size() {
+        use parquet::basic::PageType;
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+
+        // 20,000 distinct 40-byte strings, ≈ 0.8 MB of plain values in one row group.
+        let rows: String = (0..20_000u64)
+            .map(|i| format!("{i},{:040x}\n", i.wrapping_mul(0x9E37_79B9_7F4A_7C15)))
+            .collect();
+        let csv = format!("n,s\n{rows}");
+        let columns = r#"[{"name":"n","type":"int64"},{"name":"s","type":"string"}]"#;
+        let pages = |page_bytes: usize, threads: usize| {
+            let mut spec = csv_spec(columns);
+            spec.page_bytes = page_bytes;
+            spec.dictionary_bytes = 0;
+            spec.threads = threads;
+            let mut out = Vec::new();
+            let stats = convert(csv.as_bytes(), &spec, &mut out).unwrap();
+            assert_eq!((stats.rows, stats.row_groups), (20_000, 1));
+            let out = bytes::Bytes::from(out);
+            let file = SerializedFileReader::new(out.clone()).unwrap();
+            let group = file.get_row_group(0).unwrap();
+            let count = group
+                .get_column_page_reader(1)
+                .unwrap()
+                .map(|page| page.unwrap())
+                .filter(|page| page.page_type() == PageType::DATA_PAGE)
+                .count();
+            (count, out)
+        };
+        let (default, whole) = pages(DEFAULT_PAGE_BYTES, 1);
+        let (small, split) = pages(64 << 10, 1);
+        // The default closes at ≈ 1 MiB (one page), 64 KiB at ≈ 13 pages.
+        assert_eq!(default, 1);
+        assert!((12..=14).contains(&small), "{small} pages");
+        // The same values either way, and the same bytes on two threads.
+        let rows = |file: &bytes::Bytes| read_parquet(file.to_vec()).rows;
+        assert_eq!(rows(&whole), rows(&split));
+        assert_eq!(rows(&split).len(), 20_000);
+        assert_eq!(pages(64 << 10, 2).1, split);
     }
 
     #[test]

@@ -1559,9 +1559,9 @@ mod tests {
         );
     }
 
-    /// Policy reject on batches of hundreds of records, a few bad and some spelled so
-    /// that only arrow-csv reads them: sorted with the fast path they give the same
-    /// Parquet and the same rejects as sorted by arrow-csv alone.
+    /// Policy reject on batches of hundreds of records, from none to many bad, among other
+    /// spellings of good values: sorted with the fast path they give the same Parquet and
+    /// the same rejects as sorted by arrow-csv alone.
     #[test]
     fn bad_records_sorted_with_the_fast_path_agree_with_arrow_csv() {
         let columns = r#"[
@@ -1586,7 +1586,8 @@ mod tests {
             let mut input = String::from("id,s,dec,f,d\n");
             let mut bad = 0;
             for i in 0..3000u64 {
-                // Now and then a spelling only arrow-csv reads, or an empty (NULL) field.
+                // Now and then another spelling (a sign, quotes, an exponent) or an empty
+                // (NULL) field.
                 let odd = |roll: u64, every: u64, usual: String, other: &str| {
                     if roll.is_multiple_of(every) {
                         other.to_owned()

@@ -428,7 +428,8 @@ impl<R: BufRead> CsvBatches<R> {
     /// few decodes of it, not one per record. Where the scan's fields describe the batch,
     /// ranges are decoded as a clean batch is ([`Self::fast_records`]), and arrow-csv
     /// decodes only ranges of at most [`Self::ARROW_RANGE`] records that the fast path
-    /// declines (a spelling it leaves to arrow-csv, or the bad record itself).
+    /// declines (the bad record itself, or a spelling the fast path leaves to arrow-csv,
+    /// if there is one: none is known in this dialect).
     fn sort_records(&mut self) -> Result<RecordBatch, ConvertError> {
         // Each record: its bytes in `raw` and the line it starts on.
         let end = self.raw.len();
@@ -448,20 +449,22 @@ impl<R: BufRead> CsvBatches<R> {
             line += newlines(bytes);
             offset += extent;
         }
-        // The scan's fields are the records' fields, record after record.
-        let fields_fit = self.plain_dialect
-            && !self.spans.irregular
-            && self.spans.records == records.len()
-            && self.spans.fields.len() == records.len() * self.types.len();
-        #[cfg(test)]
-        let fields_fit = fields_fit && !self.arrow_only;
+        let fields_fit = self.fields_describe_batch() && self.spans.records == records.len();
         let text = fields_fit
             .then(|| simdutf8::basic::from_utf8(&self.raw).ok())
             .flatten();
         #[cfg(test)]
         tests::FAST_SORTS.set(tests::FAST_SORTS.get() + usize::from(text.is_some()));
         let (mut pieces, mut rejected) = (Vec::new(), Vec::new());
-        self.sort_range(&records, 0, text, &mut pieces, &mut rejected)?;
+        let half = records.len() / 2;
+        if text.is_some() && half > 0 {
+            // The fast path has declined the whole batch already: its halves next.
+            let (head, tail) = records.split_at(half);
+            self.sort_range(head, 0, text, &mut pieces, &mut rejected)?;
+            self.sort_range(tail, half, text, &mut pieces, &mut rejected)?;
+        } else {
+            self.sort_range(&records, 0, text, &mut pieces, &mut rejected)?;
+        }
         for (e, range) in rejected {
             self.rejects.reject(e, &self.raw[range])?;
         }
@@ -686,6 +689,12 @@ impl<R: BufRead> Batches for CsvBatches<R> {
         if let Some(batch) = self.fast_batch() {
             return Ok(Some(batch));
         }
+        // Under policy reject, a batch that the fast path declines and whose fields it
+        // could read holds a bad record: sorting it with the fast path costs less than
+        // decoding it whole with arrow-csv first, only to find that it fails.
+        if self.rejects.rejects() && self.fields_describe_batch() {
+            return self.sort_records().map(Some);
+        }
         match self.decode_batch() {
             Ok(batch) => Ok(Some(batch)),
             Err(ConvertError::Parse { .. }) if self.rejects.rejects() => {
@@ -780,17 +789,13 @@ impl<R: BufRead> CsvBatches<R> {
     /// construction; the batch is declined (`None`) at anything that would fail — a wrong
     /// field count, a value that does not parse, a float that overflows, a NULL where none
     /// is allowed, invalid UTF-8 — leaving it to [`Self::decode_batch`], which accepts or
-    /// refuses it with the same messages as ever.
+    /// refuses it with the same messages as ever (under policy reject, to
+    /// [`Self::sort_records`] when the scan's fields describe the batch).
     fn fast_batch(&self) -> Option<RecordBatch> {
-        #[cfg(test)]
-        if self.arrow_only {
+        if !self.fields_describe_batch() {
             return None;
         }
         let rows = self.spans.records;
-        let width = self.types.len();
-        if !self.plain_dialect || self.spans.irregular || self.spans.fields.len() != rows * width {
-            return None;
-        }
         // Once for the whole batch: delimiters, quotes and terminators are ASCII, so every
         // field of valid UTF-8 records is valid UTF-8 (and `str::get` below checks it).
         let text = simdutf8::basic::from_utf8(&self.raw).ok()?;
@@ -798,6 +803,18 @@ impl<R: BufRead> CsvBatches<R> {
         #[cfg(test)]
         tests::FAST_BATCHES.set(tests::FAST_BATCHES.get() + usize::from(batch.is_some()));
         batch
+    }
+
+    /// The dialect is one the fast path reads, and the scan's fields are the records'
+    /// fields, record after record: [`Self::fast_records`] can read any of them.
+    fn fields_describe_batch(&self) -> bool {
+        #[cfg(test)]
+        if self.arrow_only {
+            return false;
+        }
+        self.plain_dialect
+            && !self.spans.irregular
+            && self.spans.fields.len() == self.spans.records * self.types.len()
     }
 
     /// [`Self::fast_batch`] of `rows` records from the `first`th, `text` being `raw`; the

@@ -456,12 +456,9 @@ impl<R: BufRead> CsvBatches<R> {
         #[cfg(test)]
         tests::FAST_SORTS.set(tests::FAST_SORTS.get() + usize::from(text.is_some()));
         let (mut pieces, mut rejected) = (Vec::new(), Vec::new());
-        let half = records.len() / 2;
-        if text.is_some() && half > 0 {
+        if text.is_some() && records.len() > 1 {
             // The fast path has declined the whole batch already: its halves next.
-            let (head, tail) = records.split_at(half);
-            self.sort_range(head, 0, text, &mut pieces, &mut rejected)?;
-            self.sort_range(tail, half, text, &mut pieces, &mut rejected)?;
+            self.sort_halves(&records, 0, text, &mut pieces, &mut rejected)?;
         } else {
             self.sort_range(&records, 0, text, &mut pieces, &mut rejected)?;
         }
@@ -516,6 +513,18 @@ impl<R: BufRead> CsvBatches<R> {
                 }
             };
         }
+        self.sort_halves(records, first, text, pieces, rejected)
+    }
+
+    /// [`Self::sort_range`] of each half of `records` (two or more), in order.
+    fn sort_halves(
+        &self,
+        records: &[(std::ops::Range<usize>, u64)],
+        first: usize,
+        text: Option<&str>,
+        pieces: &mut Vec<RecordBatch>,
+        rejected: &mut Vec<(ConvertError, std::ops::Range<usize>)>,
+    ) -> Result<(), ConvertError> {
         let half = records.len() / 2;
         let (head, tail) = records.split_at(half);
         self.sort_range(head, first, text, pieces, rejected)?;

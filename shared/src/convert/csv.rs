@@ -455,13 +455,20 @@ impl<R: BufRead> CsvBatches<R> {
             .flatten();
         #[cfg(test)]
         tests::FAST_SORTS.set(tests::FAST_SORTS.get() + usize::from(text.is_some()));
-        let (mut pieces, mut rejected) = (Vec::new(), Vec::new());
+        let mut sorted = Sorted {
+            text,
+            pieces: Vec::new(),
+            rejected: Vec::new(),
+        };
         if text.is_some() && records.len() > 1 {
             // The fast path has declined the whole batch already: its halves next.
-            self.sort_halves(&records, 0, text, &mut pieces, &mut rejected)?;
+            self.sort_halves(&records, 0, &mut sorted)?;
         } else {
-            self.sort_range(&records, 0, text, &mut pieces, &mut rejected)?;
+            self.sort_range(&records, 0, &mut sorted)?;
         }
+        let Sorted {
+            pieces, rejected, ..
+        } = sorted;
         for (e, range) in rejected {
             self.rejects.reject(e, &self.raw[range])?;
         }
@@ -474,21 +481,18 @@ impl<R: BufRead> CsvBatches<R> {
     /// a small range, never one per record.
     const ARROW_RANGE: usize = 64;
 
-    /// [`Self::sort_records`] of `records`, the `first`th record of the batch onwards
-    /// (`text`: `raw` as text, when the scan's fields describe the batch): good ranges
-    /// pushed to `pieces` in order, bad records to `rejected` with their error.
+    /// [`Self::sort_records`] of `records`, the `first`th record of the batch onwards, into
+    /// `sorted`.
     fn sort_range(
         &self,
-        records: &[(std::ops::Range<usize>, u64)],
+        records: &[Record],
         first: usize,
-        text: Option<&str>,
-        pieces: &mut Vec<RecordBatch>,
-        rejected: &mut Vec<(ConvertError, std::ops::Range<usize>)>,
+        sorted: &mut Sorted<'_>,
     ) -> Result<(), ConvertError> {
         let (Some(head), Some(last)) = (records.first(), records.last()) else {
             return Ok(());
         };
-        let decoded = match text {
+        let decoded = match sorted.text {
             Some(text) => self.fast_records(first, records.len(), text).or_else(|| {
                 (records.len() <= Self::ARROW_RANGE)
                     .then(|| self.decode_range(head.0.start..last.0.end, records))
@@ -497,13 +501,13 @@ impl<R: BufRead> CsvBatches<R> {
             None => self.decode_range(head.0.start..last.0.end, records),
         };
         if let Some(batch) = decoded {
-            pieces.push(batch);
+            sorted.pieces.push(batch);
             return Ok(());
         }
         if let [(range, line)] = records {
             return match self.check_record(range.start, range.end, *line) {
                 Err(e) => {
-                    rejected.push((e, range.clone()));
+                    sorted.rejected.push((e, range.clone()));
                     Ok(())
                 }
                 Ok(_) => {
@@ -513,22 +517,20 @@ impl<R: BufRead> CsvBatches<R> {
                 }
             };
         }
-        self.sort_halves(records, first, text, pieces, rejected)
+        self.sort_halves(records, first, sorted)
     }
 
     /// [`Self::sort_range`] of each half of `records` (two or more), in order.
     fn sort_halves(
         &self,
-        records: &[(std::ops::Range<usize>, u64)],
+        records: &[Record],
         first: usize,
-        text: Option<&str>,
-        pieces: &mut Vec<RecordBatch>,
-        rejected: &mut Vec<(ConvertError, std::ops::Range<usize>)>,
+        sorted: &mut Sorted<'_>,
     ) -> Result<(), ConvertError> {
         let half = records.len() / 2;
         let (head, tail) = records.split_at(half);
-        self.sort_range(head, first, text, pieces, rejected)?;
-        self.sort_range(tail, first + half, text, pieces, rejected)
+        self.sort_range(head, first, sorted)?;
+        self.sort_range(tail, first + half, sorted)
     }
 
     /// The `records` spanning `range` of `raw` as one checked batch, or `None` if one of
@@ -536,7 +538,7 @@ impl<R: BufRead> CsvBatches<R> {
     fn decode_range(
         &self,
         range: std::ops::Range<usize>,
-        records: &[(std::ops::Range<usize>, u64)],
+        records: &[Record],
     ) -> Option<RecordBatch> {
         let bytes = &self.raw[range];
         std::str::from_utf8(bytes).ok()?;
@@ -1018,6 +1020,21 @@ struct Scan {
     field_start: usize,
     /// Whether the current field holds a doubled quote or an escape.
     unescape: bool,
+}
+
+/// A record of a batch being sorted under policy reject: its bytes in `raw` and the line
+/// it starts on.
+type Record = (std::ops::Range<usize>, u64);
+
+/// What [`CsvBatches::sort_records`] has found of a batch so far.
+struct Sorted<'t> {
+    /// The batch's `raw` as text, when the scan's fields describe the batch: the fast path
+    /// decodes the ranges from its fields.
+    text: Option<&'t str>,
+    /// Good ranges, decoded, in order.
+    pieces: Vec<RecordBatch>,
+    /// Bad records and their errors, in order.
+    rejected: Vec<(ConvertError, std::ops::Range<usize>)>,
 }
 
 /// The fields of the records a scan read: where each one's text is in `raw`, so that

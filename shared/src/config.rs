@@ -302,7 +302,7 @@ pub struct OutputDoc {
     pub dictionary_kib: Option<u32>,
     /// Size in KiB at which a Parquet data page closes (64–16384; default 1024, arrow-rs's
     /// default). Each page is compressed in one call: smaller pages let a function with two
-    /// vCPUs keep both busy (256: 4–13% less wall time on wide rows, a smaller peak RSS)
+    /// vCPUs keep both busy (256: 5–9% less wall time on wide rows, a smaller peak RSS)
     /// and cost one vCPU CPU, and files grow slightly (BENCHMARKS.md, "A page size per
     /// source"). Not part of the configuration's fingerprint (it changes no value).
     #[serde(default, skip_serializing_if = "Option::is_none")]

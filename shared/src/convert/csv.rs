@@ -1447,6 +1447,25 @@ mod tests {
         assert_eq!(parquet.rows[1][1], "7");
     }
 
+    /// `input` converted with `spec`, every batch read by arrow-csv when `arrow_only`: the
+    /// rows, the sums and rejects as text, and the Parquet file; or the error as text.
+    fn converted(
+        input: &[u8],
+        spec: &ConvertSpec,
+        arrow_only: bool,
+    ) -> Result<(u64, String, Vec<u8>), String> {
+        ARROW_ONLY.set(arrow_only);
+        let mut out = Vec::new();
+        let result = convert(input, spec, &mut out);
+        ARROW_ONLY.set(false);
+        result
+            .map(|stats| {
+                let text = format!("{:?} {:?}", stats.sums, stats.rejects);
+                (stats.rows, text, out)
+            })
+            .map_err(|e| e.to_string())
+    }
+
     /// Reads every batch from the scan's fields where it can and with arrow-csv where it
     /// cannot: on random files of every column type, with every spelling the two might
     /// read differently, both give byte-identical Parquet, the same sums and rejects, or
@@ -1532,15 +1551,6 @@ mod tests {
             {"name": "b", "type": "bool"}, {"name": "d", "type": "date"},
             {"name": "t", "type": "timestamp"}]"#;
         let mut next = xorshift(0x9e37_79b9_7f4a_7c15_u64);
-        let convert_with = |input: &[u8], spec: &ConvertSpec, arrow_only: bool| {
-            ARROW_ONLY.set(arrow_only);
-            let mut out = Vec::new();
-            let result = convert(input, spec, &mut out);
-            ARROW_ONLY.set(false);
-            result
-                .map(|stats| (format!("{:?} {:?}", stats.sums, stats.rejects), out))
-                .map_err(|e| e.to_string())
-        };
         let (mut clean, mut failed) = (0, 0);
         FAST_BATCHES.set(0);
         for round in 0..2000 {
@@ -1582,13 +1592,13 @@ mod tests {
             if round % 3 == 0 {
                 spec.empty_strings = EmptyStrings::Empty;
             }
-            let fast = convert_with(input.as_bytes(), &spec, false);
-            let arrow = convert_with(input.as_bytes(), &spec, true);
+            let fast = converted(input.as_bytes(), &spec, false);
+            let arrow = converted(input.as_bytes(), &spec, true);
             assert!(
                 fast == arrow,
                 "{input:?} {spec:?}: {:?} against {:?}",
-                fast.map(|f| f.0),
-                arrow.map(|a| a.0)
+                fast.map(|f| f.1),
+                arrow.map(|a| a.1)
             );
             if fast.is_ok() {
                 clean += 1
@@ -1612,18 +1622,6 @@ mod tests {
             {"name": "dec", "type": "decimal(12,2)"}, {"name": "f", "type": "float64"},
             {"name": "d", "type": "date"}]"#;
         let mut next = xorshift(0x2545_f491_4f6c_dd1d);
-        let convert_with = |input: &[u8], spec: &ConvertSpec, arrow_only: bool| {
-            ARROW_ONLY.set(arrow_only);
-            let mut out = Vec::new();
-            let result = convert(input, spec, &mut out);
-            ARROW_ONLY.set(false);
-            let stats = result.unwrap();
-            (
-                stats.rows,
-                format!("{:?} {:?}", stats.sums, stats.rejects),
-                out,
-            )
-        };
         FAST_SORTS.set(0);
         for (round, bad_every) in [(0, 3000), (1, 300), (2, 40), (3, 7)] {
             let mut input = String::from("id,s,dec,f,d\n");
@@ -1661,8 +1659,8 @@ mod tests {
             spec.batch_rows = 700 + 300 * round;
             spec.sum_columns = ["id", "dec", "f"].map(String::from).into();
             spec.bad_rows = BadRows::Reject { max: 10_000 };
-            let fast = convert_with(input.as_bytes(), &spec, false);
-            let arrow = convert_with(input.as_bytes(), &spec, true);
+            let fast = converted(input.as_bytes(), &spec, false).unwrap();
+            let arrow = converted(input.as_bytes(), &spec, true).unwrap();
             assert_eq!(fast.0, 3000 - bad, "round {round}");
             assert_eq!((&fast.1, fast.0), (&arrow.1, arrow.0), "round {round}");
             assert!(fast.2 == arrow.2, "round {round}: the files differ");

@@ -121,7 +121,7 @@ pub fn validate(doc: &BookmarkDoc, schema: &[ColumnSpec], at: &str) -> Result<()
                 format!("{name:?} is not a column of the schema"),
             ));
         };
-        if !orderable(c.ty) {
+        if !c.ty.scalar().is_some_and(orderable) {
             return Err(invalid(
                 path,
                 format!(

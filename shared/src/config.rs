@@ -1128,7 +1128,10 @@ fn validate_merge(table: &TableDoc, schema: &[ColumnSpec], at: &str) -> Result<(
                 format!("no column {name:?} in the schema"),
             ));
         };
-        if matches!(c.ty, ColumnType::Float32 | ColumnType::Float64) {
+        if matches!(
+            c.ty.scalar(),
+            Some(ColumnType::Float32 | ColumnType::Float64)
+        ) {
             return Err(invalid(
                 format!("{at}.{field}"),
                 format!(

@@ -576,7 +576,7 @@ fn sum_type(source: &Source, column: &str) -> Option<ColumnType> {
         .schema
         .iter()
         .find(|c| c.name == column)
-        .map(|c| c.ty)
+        .and_then(|c| c.ty.scalar())
 }
 
 fn same(a: &SumValue, b: &SumValue, tolerance: f64) -> bool {

@@ -12,11 +12,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties, TransactionError};
-use deltalake::kernel::{Action, DataType, StructField, Transaction};
+use deltalake::kernel::{Action, ArrayType, DataType, MapType, StructField, Transaction};
 use deltalake::protocol::{DeltaOperation, OutputMode};
 use deltalake::{DeltaTable, DeltaTableBuilder, DeltaTableError};
 use tidemark::config::{Partitioning, Source};
-use tidemark::schema::ColumnType;
+use tidemark::schema::{ColumnType, FieldType};
 use url::Url;
 
 /// The partition column of a table whose source partitions its outputs by key date.
@@ -171,14 +171,31 @@ async fn load(store: &TableStore, url: &Url) -> Result<Option<DeltaTable>, Delta
 fn columns(source: &Source) -> Result<Vec<StructField>, DeltaTableError> {
     let mut fields = Vec::with_capacity(source.doc.schema.len() + 1);
     for c in &source.doc.schema {
-        let ty = match c.ty {
+        fields.push(StructField::new(
+            c.name.clone(),
+            delta_type(&c.ty, &c.name)?,
+            c.nullable,
+        ));
+    }
+    if source.doc.output.partitioning == Partitioning::KeyDate {
+        fields.push(StructField::new(DATE_PARTITION, DataType::STRING, true));
+    }
+    Ok(fields)
+}
+
+/// The Delta type of a column (or of a field inside one, `at` naming it for errors): nested
+/// types as Delta nests them, every field, element and map value nullable as in the Parquet
+/// files; `json` a string.
+fn delta_type(ty: &FieldType, at: &str) -> Result<DataType, DeltaTableError> {
+    Ok(match ty {
+        FieldType::Scalar(scalar) => match *scalar {
             ColumnType::Int32 => DataType::INTEGER,
             ColumnType::Int64 => DataType::LONG,
             ColumnType::Float32 => DataType::FLOAT,
             ColumnType::Float64 => DataType::DOUBLE,
             ColumnType::Decimal { precision, scale } => {
                 let scale = u8::try_from(scale).map_err(|_| {
-                    DeltaTableError::Generic(format!("{}: a negative decimal scale", c.name))
+                    DeltaTableError::Generic(format!("{at}: a negative decimal scale"))
                 })?;
                 DataType::decimal(precision, scale)?
             }
@@ -186,13 +203,27 @@ fn columns(source: &Source) -> Result<Vec<StructField>, DeltaTableError> {
             ColumnType::Bool => DataType::BOOLEAN,
             ColumnType::Date => DataType::DATE,
             ColumnType::Timestamp => DataType::TIMESTAMP,
-        };
-        fields.push(StructField::new(c.name.clone(), ty, c.nullable));
-    }
-    if source.doc.output.partitioning == Partitioning::KeyDate {
-        fields.push(StructField::new(DATE_PARTITION, DataType::STRING, true));
-    }
-    Ok(fields)
+        },
+        FieldType::Json => DataType::STRING,
+        FieldType::Struct(fields) => DataType::try_struct_type(
+            fields
+                .iter()
+                .map(|f| {
+                    let inner = delta_type(&f.ty, &format!("{at}.{}", f.name))?;
+                    Ok(StructField::new(f.name.clone(), inner, true))
+                })
+                .collect::<Result<Vec<_>, DeltaTableError>>()?,
+        )?,
+        FieldType::Array(element) => {
+            ArrayType::new(delta_type(element, &format!("{at}[]"))?, true).into()
+        }
+        FieldType::Map(value) => MapType::new(
+            DataType::STRING,
+            delta_type(value, &format!("{at}{{}}"))?,
+            true,
+        )
+        .into(),
+    })
 }
 
 /// No checkpoint, no log cleanup, no retry inside delta-rs.

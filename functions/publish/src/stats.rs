@@ -23,7 +23,14 @@ pub fn file_stats(metadata: &ParquetMetaData, columns: &[ColumnSpec]) -> String 
     let schema = metadata.file_metadata().schema_descr();
     let (mut mins, mut maxs, mut nulls) = (Map::new(), Map::new(), Map::new());
     for (i, leaf) in schema.columns().iter().enumerate() {
+        // Top-level scalar columns only: a nested column's leaves carry no bounds here.
+        if leaf.path().parts().len() != 1 {
+            continue;
+        }
         let Some(spec) = columns.iter().find(|c| c.name == leaf.name()) else {
+            continue;
+        };
+        let Some(ty) = spec.ty.scalar() else {
             continue;
         };
         let stats: Option<Vec<&Statistics>> =
@@ -33,7 +40,7 @@ pub fn file_stats(metadata: &ParquetMetaData, columns: &[ColumnSpec]) -> String 
         if let Some(n) = null_count {
             nulls.insert(spec.name.clone(), json!(n));
         }
-        if let Some((lo, hi)) = bounds(&stats, &spec.ty) {
+        if let Some((lo, hi)) = bounds(&stats, &ty) {
             mins.insert(spec.name.clone(), lo);
             maxs.insert(spec.name.clone(), hi);
         }
@@ -134,11 +141,7 @@ mod tests {
     use super::*;
 
     fn spec(name: &str, ty: ColumnType) -> ColumnSpec {
-        ColumnSpec {
-            name: name.into(),
-            ty,
-            nullable: true,
-        }
+        ColumnSpec::new(name, ty)
     }
 
     #[test]

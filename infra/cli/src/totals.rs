@@ -55,7 +55,7 @@ impl Totals {
             .iter()
             .filter_map(|name| {
                 let column = source.doc.schema.iter().find(|c| &c.name == name)?;
-                let zero = SumValue::parse_for(&column.ty, "0").ok()?;
+                let zero = SumValue::parse_for(&column.ty.scalar()?, "0").ok()?;
                 Some((name.clone(), zero))
             })
             .collect();
@@ -84,10 +84,16 @@ impl Totals {
     ) -> Result<(), Error> {
         let mut parsed = BTreeMap::new();
         for (name, text) in sums {
-            let Some(column) = source.doc.schema.iter().find(|c| &c.name == name) else {
+            let Some(ty) = source
+                .doc
+                .schema
+                .iter()
+                .find(|c| &c.name == name)
+                .and_then(|c| c.ty.scalar())
+            else {
                 continue;
             };
-            let value = SumValue::parse_for(&column.ty, text)
+            let value = SumValue::parse_for(&ty, text)
                 .map_err(|e| format!("source {}: recorded sum of {name}: {e}", source.id()))?;
             parsed.insert(name.clone(), value);
         }

@@ -25,8 +25,11 @@ use arrow_schema::SchemaRef;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::{Deserialize, Serialize};
 
-use crate::convert::{Compression, ConvertSpec, CsvOptions, EmptyStrings, InputFormat};
-use crate::schema::{ColumnSpec, ColumnType, arrow_schema};
+use crate::convert::{
+    BadValues, Compression, ConvertSpec, CsvOptions, CsvValues, DEFAULT_RESCUE_COLUMN,
+    EmptyStrings, InputFormat, KeyMatch, Lineage, UnknownFields,
+};
+use crate::schema::{ColumnSpec, ColumnType, FieldType, arrow_schema};
 
 /// The environment variable holding the document inline.
 pub const ENV_CONFIG: &str = "TIDEMARK_CONFIG";
@@ -198,6 +201,87 @@ pub struct CsvDoc {
     /// move.)
     #[serde(default, skip_serializing_if = "CsvColumnsDoc::is_position")]
     pub columns: CsvColumnsDoc,
+    /// Fields read as NULL in any column, e.g. `["", "NA", "\\N", "NULL"]` (compared whole,
+    /// case-sensitive, after unquoting). Default: an empty field only (and see
+    /// `empty_strings` for string columns). A listed string is NULL in string columns too,
+    /// whatever `empty_strings` says; in a required column it fails the row.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub null_values: Option<Vec<String>>,
+    /// Fields read as `true` in `bool` columns, e.g. `["Y", "yes", "1"]` (compared whole,
+    /// case-sensitive). Default: `true` in any case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub true_values: Option<Vec<String>>,
+    /// Fields read as `false` in `bool` columns (default: `false` in any case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub false_values: Option<Vec<String>>,
+    /// The decimal point of decimal and float fields: `"."` (default) or `","` (`1,50`, as
+    /// European exports write them; the digits may not then be grouped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decimal_point: Option<char>,
+}
+
+/// JSON Lines options of a source.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonDoc {
+    /// How keys are matched to column and struct field names: `exact` (default) or
+    /// `case_insensitive` (two keys of one object that differ only by case and match one
+    /// field fail the object, or are rescued under `on_bad_value: "rescue"`).
+    #[serde(default)]
+    pub keys: KeyMatch,
+}
+
+/// Lineage columns: column name → what it holds, written in the document's order after the
+/// schema's columns (and the rescued column).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetadataColumns(pub Vec<(String, Lineage)>);
+
+impl MetadataColumns {
+    /// No lineage column.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for MetadataColumns {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, lineage) in &self.0 {
+            map.serialize_entry(name, lineage)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for MetadataColumns {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Ordered;
+        impl<'de> serde::de::Visitor<'de> for Ordered {
+            type Value = MetadataColumns;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "an object of column names to key, version_id, etag, last_modified or row_number",
+                )
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut columns: Vec<(String, Lineage)> = Vec::new();
+                while let Some((name, lineage)) = map.next_entry::<String, Lineage>()? {
+                    if columns.iter().any(|(n, _)| *n == name) {
+                        return Err(serde::de::Error::custom(format!(
+                            "column {name:?} is named twice"
+                        )));
+                    }
+                    columns.push((name, lineage));
+                }
+                Ok(MetadataColumns(columns))
+            }
+        }
+        deserializer.deserialize_map(Ordered)
+    }
 }
 
 impl CsvColumnsDoc {
@@ -235,6 +319,10 @@ impl Default for CsvDoc {
             escape: None,
             header: true,
             columns: CsvColumnsDoc::Position,
+            null_values: None,
+            true_values: None,
+            false_values: None,
+            decimal_point: None,
         }
     }
 }
@@ -475,6 +563,28 @@ pub struct SourceDoc {
     /// 1000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_rejected_rows: Option<u64>,
+    /// A field of the input the schema does not name: `ignore` (default: dropped, and
+    /// counted per field in the ledger, `status`, `explain` and the report), `fail` (the
+    /// object fails naming it) or `rescue` (kept in the rescued column).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub on_unknown_field: UnknownFields,
+    /// A value that does not read as its column's type: `fail` (default: the object fails,
+    /// or the row is rejected under `on_bad_row: reject`) or `rescue` (the value is NULL in
+    /// its column and kept, with the reason, in the rescued column; the row lands).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub on_bad_value: BadValues,
+    /// The name of the rescued column (default `_rescued_data`), written when a policy
+    /// rescues: per row NULL, or a JSON object of what was rescued (see "Data semantics").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rescued_column: Option<String>,
+    /// JSON Lines options (only for `jsonl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json: Option<JsonDoc>,
+    /// Lineage columns, e.g. `{"_source_key": "key", "_row": "row_number"}`: values that are
+    /// functions of the object version (`key`, `version_id`, `etag`, `last_modified`,
+    /// `row_number`), written after the schema's columns.
+    #[serde(default, skip_serializing_if = "MetadataColumns::is_empty")]
+    pub metadata_columns: MetadataColumns,
     /// Mode.
     #[serde(default)]
     pub mode: Mode,
@@ -547,6 +657,10 @@ fn default_attempts() -> u32 {
     3
 }
 
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
+
 /// See [`SourceDoc::empty_strings`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -563,8 +677,11 @@ pub enum EmptyStringsDoc {
 pub struct Source {
     /// The document it came from.
     pub doc: SourceDoc,
-    /// Its Arrow schema.
+    /// The Arrow schema of its columns (what its inputs are decoded into).
     pub schema: SchemaRef,
+    /// The Arrow schema of its outputs: [`Self::schema`], then the rescued column when a
+    /// policy rescues, then the lineage columns (see [`Source::output_columns`]).
+    pub output_schema: SchemaRef,
     /// Fingerprint of everything that shapes its output.
     pub fingerprint: String,
     include: Option<GlobSet>,
@@ -734,6 +851,69 @@ impl Source {
                     format!("duplicate column {:?}", c.name),
                 ));
             }
+            if let Err((field, message)) = c.check() {
+                return Err(invalid(format!("{at}.schema[{i}].{field}"), message));
+            }
+            if doc.format == FormatDoc::Csv {
+                if !matches!(c.ty, FieldType::Scalar(_)) {
+                    return Err(invalid(
+                        format!("{at}.schema[{i}].type"),
+                        format!(
+                            "{} in a CSV source: CSV columns are scalars (int32 … timestamp); \
+                             nested and json columns are for jsonl, parquet, avro and orc",
+                            c.ty
+                        ),
+                    ));
+                }
+                if c.path.is_some() {
+                    return Err(invalid(
+                        format!("{at}.schema[{i}].path"),
+                        "a CSV record has no structure to follow: paths are for jsonl, parquet, avro and orc",
+                    ));
+                }
+            }
+            if doc.format.is_typed() && c.format.is_some() {
+                return Err(invalid(
+                    format!("{at}.schema[{i}].format"),
+                    "a format is for text inputs (csv, jsonl): Parquet, Avro and ORC times are typed",
+                ));
+            }
+        }
+        let rescues =
+            doc.on_unknown_field == UnknownFields::Rescue || doc.on_bad_value == BadValues::Rescue;
+        let mut extra = Vec::new();
+        match (&doc.rescued_column, rescues) {
+            (Some(_), false) => {
+                return Err(invalid(
+                    format!("{at}.rescued_column"),
+                    "only with on_unknown_field or on_bad_value \"rescue\"",
+                ));
+            }
+            (name, true) => {
+                let name = name.as_deref().unwrap_or(DEFAULT_RESCUE_COLUMN);
+                if name.is_empty() {
+                    return Err(invalid(format!("{at}.rescued_column"), "must not be empty"));
+                }
+                extra.push((format!("{at}.rescued_column"), name));
+            }
+            (None, false) => {}
+        }
+        for (name, _) in &doc.metadata_columns.0 {
+            extra.push((format!("{at}.metadata_columns.{name}"), name.as_str()));
+        }
+        for (path, name) in extra {
+            if name.is_empty() {
+                return Err(invalid(path, "a column name must not be empty"));
+            }
+            if !names.insert(name) {
+                return Err(invalid(
+                    path,
+                    format!("column {name:?} is already a column of the source"),
+                ));
+            }
+        }
+        if doc.json.is_some() && doc.format != FormatDoc::Jsonl {
+            return Err(invalid(format!("{at}.json"), "only for format \"jsonl\""));
         }
         for (i, name) in doc.sum_columns.iter().enumerate() {
             match doc.schema.iter().find(|c| &c.name == name) {
@@ -809,6 +989,48 @@ impl Source {
                     "\"name\" needs a header (header: true)",
                 ));
             }
+            if let Some(point) = csv.decimal_point
+                && point != '.'
+                && point != ','
+            {
+                return Err(invalid(
+                    format!("{at}.csv.decimal_point"),
+                    format!("{point:?}: the decimal point is \".\" or \",\""),
+                ));
+            }
+            let spellings = [
+                ("true_values", &csv.true_values),
+                ("false_values", &csv.false_values),
+            ];
+            for (field, values) in spellings {
+                if values
+                    .as_ref()
+                    .is_some_and(|v| v.is_empty() || v.iter().any(String::is_empty))
+                {
+                    return Err(invalid(
+                        format!("{at}.csv.{field}"),
+                        "list at least one spelling, none of them empty",
+                    ));
+                }
+            }
+            let listed = |values: &Option<Vec<String>>| values.clone().unwrap_or_default();
+            let (nulls, trues, falses) = (
+                listed(&csv.null_values),
+                listed(&csv.true_values),
+                listed(&csv.false_values),
+            );
+            let clash = trues
+                .iter()
+                .find(|t| falses.contains(t) || nulls.contains(t))
+                .or_else(|| falses.iter().find(|f| nulls.contains(f)));
+            if let Some(spelling) = clash {
+                return Err(invalid(
+                    format!("{at}.csv"),
+                    format!(
+                        "{spelling:?} is listed twice among null_values, true_values and false_values"
+                    ),
+                ));
+            }
         }
         if let Some(b) = &doc.bookmark {
             crate::bookmark::validate(b, &doc.schema, at)?;
@@ -836,7 +1058,7 @@ impl Source {
             }
         }
         if let Some(table) = &doc.output.table {
-            validate_merge(table, &doc.schema, &format!("{at}.output.table"))?;
+            validate_merge(table, &output_columns(&doc), &format!("{at}.output.table"))?;
         }
         if doc.output.table.is_some() && doc.bookmark.is_some() {
             return Err(invalid(
@@ -866,10 +1088,12 @@ impl Source {
         let include = globs(&doc.include, &format!("{at}.include"))?;
         let exclude = globs(&doc.exclude, &format!("{at}.exclude"))?;
         let schema = arrow_schema(&doc.schema);
+        let output_schema = arrow_schema(&output_columns(&doc));
         let fingerprint = fingerprint(&doc);
         Ok(Self {
             doc,
             schema,
+            output_schema,
             fingerprint,
             include,
             exclude,
@@ -975,7 +1199,36 @@ impl Source {
         {
             spec.csv_columns = crate::convert::CsvColumns::ByName;
         }
+        if let Some(csv) = &self.doc.csv {
+            spec.csv_values = CsvValues {
+                null_values: csv.null_values.clone(),
+                true_values: csv.true_values.clone(),
+                false_values: csv.false_values.clone(),
+                decimal_comma: csv.decimal_point == Some(','),
+            };
+        }
+        spec.columns = self.doc.schema.clone();
+        spec.unknown_fields = self.doc.on_unknown_field;
+        spec.bad_values = self.doc.on_bad_value;
+        if let Some(name) = &self.doc.rescued_column {
+            spec.rescue_column = name.clone();
+        }
+        spec.json_keys = self.doc.json.as_ref().map(|j| j.keys).unwrap_or_default();
+        spec.lineage = self.doc.metadata_columns.0.clone();
         spec
+    }
+
+    /// How to convert the object version `object` (its lineage columns filled from it).
+    pub fn convert_spec_for(&self, object: crate::convert::ObjectInfo) -> ConvertSpec {
+        let mut spec = self.convert_spec(&object.key);
+        spec.object = Some(object);
+        spec
+    }
+
+    /// The columns of the source's Parquet outputs, in order: the schema's, the rescued
+    /// column when a policy rescues, then the lineage columns.
+    pub fn output_columns(&self) -> Vec<ColumnSpec> {
+        output_columns(&self.doc)
     }
 
     /// The one output key of source key `key`: deterministic, so a replay replaces it.
@@ -1074,8 +1327,36 @@ fn date_in_key(key: &str) -> Option<String> {
 /// the first of the schema alone (the output schema version, see [`schema_version`]), the
 /// second of everything else that shapes the output (format, dialect, compression, sums,
 /// empty strings, output, bookmark, bad-row policy).
+/// See [`Source::output_columns`].
+fn output_columns(doc: &SourceDoc) -> Vec<ColumnSpec> {
+    let mut columns = doc.schema.clone();
+    if doc.on_unknown_field == UnknownFields::Rescue || doc.on_bad_value == BadValues::Rescue {
+        let name = doc
+            .rescued_column
+            .as_deref()
+            .unwrap_or(DEFAULT_RESCUE_COLUMN);
+        columns.push(ColumnSpec::new(name, FieldType::Json));
+    }
+    for (name, lineage) in &doc.metadata_columns.0 {
+        let mut column = ColumnSpec::new(name.clone(), lineage.column_type());
+        column.nullable = !lineage.always_set();
+        columns.push(column);
+    }
+    columns
+}
+
 fn fingerprint(doc: &SourceDoc) -> String {
-    let schema = serde_json::json!(doc.schema);
+    // The schema version covers every column of the outputs: the rescued and lineage
+    // columns join it only when there are any, so that earlier fingerprints hold.
+    let mut schema = serde_json::json!(doc.schema);
+    let output = output_columns(doc);
+    if output.len() > doc.schema.len() {
+        schema = serde_json::json!({
+            "schema": schema,
+            "added": output[doc.schema.len()..],
+            "lineage": doc.metadata_columns,
+        });
+    }
     // Settings that change neither an output's rows nor its name stay out: the upsert's
     // columns (the committer's business) and the row-group size (a layout).
     let mut output = serde_json::json!(doc.output);
@@ -1096,6 +1377,16 @@ fn fingerprint(doc: &SourceDoc) -> String {
     });
     if let Some(b) = &doc.bookmark {
         settings["bookmark"] = serde_json::json!(b);
+    }
+    // Absent when default, so that fingerprints from before they existed hold.
+    if doc.on_unknown_field != UnknownFields::default() {
+        settings["on_unknown_field"] = serde_json::json!(doc.on_unknown_field);
+    }
+    if doc.on_bad_value != BadValues::default() {
+        settings["on_bad_value"] = serde_json::json!(doc.on_bad_value);
+    }
+    if let Some(json) = doc.json.as_ref().filter(|j| j.keys != KeyMatch::Exact) {
+        settings["json"] = serde_json::json!(json);
     }
     // Absent under the default policy, so that fingerprints from before it existed hold.
     if doc.on_bad_row == OnBadRow::Reject {
@@ -1128,6 +1419,16 @@ fn validate_merge(table: &TableDoc, schema: &[ColumnSpec], at: &str) -> Result<(
                 format!("no column {name:?} in the schema"),
             ));
         };
+        if c.ty.scalar().is_none() {
+            return Err(invalid(
+                format!("{at}.{field}"),
+                format!(
+                    "column {name:?} is {}: a key or order is a scalar column (a path column \
+                     can take one from inside a nested value)",
+                    c.ty
+                ),
+            ));
+        }
         if matches!(
             c.ty.scalar(),
             Some(ColumnType::Float32 | ColumnType::Float64)
@@ -1627,6 +1928,257 @@ mod tests {
         assert!(
             e.contains("Parquet, Avro or ORC input's values are typed"),
             "{e}"
+        );
+    }
+
+    /// A JSON Lines source with `schema` (the inside of its list) and `extra` fields.
+    fn jsonl(schema: &str, extra: &str) -> Result<Config, String> {
+        Config::from_json(&format!(
+            r#"{{"sources":[{{"source_id":"trail","bucket":"landing","prefix":"trail/",
+            "format":"jsonl","schema":[{schema}],
+            "output":{{"bucket":"lake","prefix":"trail/"}}{extra}}}]}}"#
+        ))
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn nested_columns_paths_and_policies_reach_the_converter() {
+        use crate::convert::{BadValues, KeyMatch, Lineage, UnknownFields};
+        let schema = r#"{"name":"userIdentity","type":"struct<type:string,arn:string>"},
+            {"name":"user_arn","path":"userIdentity.arn","type":"string"},
+            {"name":"at","type":"timestamp","format":"epoch_millis"},
+            {"name":"requestParameters","type":"json"}"#;
+        let c = jsonl(
+            schema,
+            r#","on_unknown_field":"rescue","on_bad_value":"rescue","json":{"keys":"case_insensitive"},
+            "metadata_columns":{"_source_key":"key","_row":"row_number","_modified":"last_modified"}"#,
+        )
+        .unwrap();
+        let s = &c.sources[0];
+        let spec = s.convert_spec("trail/a.json");
+        assert_eq!(spec.unknown_fields, UnknownFields::Rescue);
+        assert_eq!(spec.bad_values, BadValues::Rescue);
+        assert_eq!(spec.json_keys, KeyMatch::CaseInsensitive);
+        assert_eq!(
+            spec.options("user_arn")
+                .and_then(|c| c.path.as_ref())
+                .map(|p| p.to_string()),
+            Some("userIdentity.arn".into())
+        );
+        assert_eq!(
+            spec.lineage,
+            vec![
+                ("_source_key".to_string(), Lineage::Key),
+                ("_row".to_string(), Lineage::RowNumber),
+                ("_modified".to_string(), Lineage::LastModified)
+            ],
+            "in the document's order"
+        );
+        let names: Vec<String> = s
+            .output_schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "userIdentity",
+                "user_arn",
+                "at",
+                "requestParameters",
+                "_rescued_data",
+                "_source_key",
+                "_row",
+                "_modified"
+            ]
+        );
+        assert_eq!(spec.output_schema(), s.output_schema);
+
+        // Fingerprints: the defaults leave them as they were; each setting moves them.
+        let plain = jsonl(schema, "").unwrap();
+        let fp = |c: &Config| c.sources[0].fingerprint.clone();
+        for same in [
+            r#","on_unknown_field":"ignore""#,
+            r#","on_bad_value":"fail""#,
+            r#","json":{"keys":"exact"}"#,
+            r#","metadata_columns":{}"#,
+        ] {
+            assert_eq!(fp(&plain), fp(&jsonl(schema, same).unwrap()), "{same}");
+        }
+        let mut seen = vec![fp(&plain)];
+        for moved in [
+            r#","on_unknown_field":"fail""#,
+            r#","on_bad_value":"rescue""#,
+            r#","on_bad_value":"rescue","rescued_column":"_extra""#,
+            r#","json":{"keys":"case_insensitive"}"#,
+            r#","metadata_columns":{"_k":"key"}"#,
+            r#","metadata_columns":{"_k":"etag"}"#,
+        ] {
+            let f = fp(&jsonl(schema, moved).unwrap());
+            assert!(!seen.contains(&f), "{moved}");
+            seen.push(f);
+        }
+        // A type change deep inside a struct is a schema change.
+        let deeper = schema.replace("arn:string>", "arn:int64>");
+        assert_ne!(
+            schema_version(&fp(&plain)),
+            schema_version(&fp(&jsonl(&deeper, "").unwrap()))
+        );
+        assert_eq!(
+            schema_version(&fp(&plain)),
+            schema_version(&fp(&jsonl(schema, r#","on_unknown_field":"fail""#).unwrap()))
+        );
+    }
+
+    #[test]
+    fn nested_columns_paths_and_policies_are_validated() {
+        let int = r#"{"name":"a","type":"int64"}"#;
+        for (schema, extra, at, says) in [
+            (
+                int,
+                r#","rescued_column":"_r""#,
+                "rescued_column",
+                "only with",
+            ),
+            (
+                int,
+                r#","on_bad_value":"rescue","rescued_column":"a""#,
+                "rescued_column",
+                "already a column",
+            ),
+            (
+                int,
+                r#","on_unknown_field":"rescue","metadata_columns":{"_rescued_data":"key"}"#,
+                "metadata_columns._rescued_data",
+                "already a column",
+            ),
+            (
+                int,
+                r#","metadata_columns":{"a":"key"}"#,
+                "metadata_columns.a",
+                "already a column",
+            ),
+            (
+                int,
+                r#","metadata_columns":{"b":"key","b":"etag"}"#,
+                "metadata_columns",
+                "named twice",
+            ),
+            (
+                int,
+                r#","metadata_columns":{"b":"size"}"#,
+                "metadata_columns",
+                "unknown variant",
+            ),
+            (
+                int,
+                r#","on_unknown_field":"drop""#,
+                "on_unknown_field",
+                "unknown variant",
+            ),
+            (
+                r#"{"name":"a","type":"int64","format":"epoch_seconds"}"#,
+                "",
+                "schema[0].format",
+                "only for timestamp and date",
+            ),
+            (
+                r#"{"name":"a","type":"timestamp","timezone":"Mars/Base"}"#,
+                "",
+                "schema[0].timezone",
+                "IANA",
+            ),
+            (
+                r#"{"name":"a","path":"b[","type":"int64"}"#,
+                "",
+                "schema[0].path",
+                "not closed",
+            ),
+            (
+                r#"{"name":"a","type":"struct<b:int64>"}"#,
+                r#","sum_columns":["a"]"#,
+                "sum_columns[0]",
+                "not a numeric column",
+            ),
+            (
+                r#"{"name":"a","type":"struct<b:int64>"},{"name":"k","type":"int64"}"#,
+                r#","output":{"bucket":"lake","prefix":"t/","table":{"format":"delta","merge_keys":["a"]}}"#,
+                "merge_keys",
+                "a key or order is a scalar column",
+            ),
+        ] {
+            let doc = format!(
+                r#"{{"sources":[{{"source_id":"t","bucket":"landing","prefix":"t/",
+                "format":"jsonl","schema":[{schema}],
+                "output":{{"bucket":"lake","prefix":"t/"}}{extra}}}]}}"#
+            );
+            // A later "output" replaces the first one (serde keeps the last).
+            let doc = if extra.contains(r#""output""#) {
+                doc.replacen(
+                    r#""output":{"bucket":"lake","prefix":"t/"}"#,
+                    r#""mode":"enable""#,
+                    1,
+                )
+            } else {
+                doc
+            };
+            let err = Config::from_json(&doc).unwrap_err().to_string();
+            assert!(
+                err.contains(at) && err.contains(says),
+                "{schema} {extra}: {err}"
+            );
+        }
+        // Lineage columns may order an upsert; CSV sources refuse what has no meaning there.
+        let ok = jsonl(
+            r#"{"name":"id","type":"int64"}"#,
+            r#","metadata_columns":{"_modified":"last_modified"},"output":{"bucket":"lake","prefix":"t/","table":{"format":"delta","merge_keys":["id"],"merge_order":"_modified"}}"#,
+        );
+        let ok = ok.or_else(|_| {
+            Config::from_json(
+                r#"{"sources":[{"source_id":"t","bucket":"landing","prefix":"t/","format":"jsonl",
+                "schema":[{"name":"id","type":"int64"}],"metadata_columns":{"_modified":"last_modified"},
+                "output":{"bucket":"lake","prefix":"t/","table":{"format":"delta","merge_keys":["id"],"merge_order":"_modified"}}}]}"#,
+            )
+            .map_err(|e| e.to_string())
+        });
+        assert!(ok.is_ok(), "{ok:?}");
+        for (extra, says) in [
+            (r#","csv":{"decimal_point":";"}"#, "decimal_point"),
+            (r#","csv":{"true_values":[]}"#, "true_values"),
+            (
+                r#","csv":{"true_values":["Y"],"false_values":["Y"]}"#,
+                "listed twice",
+            ),
+            (
+                r#","csv":{"null_values":["NA"],"false_values":["NA"]}"#,
+                "listed twice",
+            ),
+            (r#","json":{"keys":"exact"}"#, "only for format \"jsonl\""),
+        ] {
+            let err = Config::from_json(&doc(extra)).unwrap_err().to_string();
+            assert!(err.contains(says), "{extra}: {err}");
+        }
+        let nested_csv =
+            doc("").replace(r#""type":"decimal(12,2)""#, r#""type":"struct<a:int32>""#);
+        let err = Config::from_json(&nested_csv).unwrap_err().to_string();
+        assert!(err.contains("CSV columns are scalars"), "{err}");
+        let path_csv = doc("").replace(r#""name":"amount","#, r#""name":"amount","path":"x.y","#);
+        let err = Config::from_json(&path_csv).unwrap_err().to_string();
+        assert!(err.contains("no structure to follow"), "{err}");
+        let c = Config::from_json(&doc(
+            r#","csv":{"null_values":["","NA","\\N"],"true_values":["Y"],"false_values":["N"],"decimal_point":","}"#,
+        ))
+        .unwrap();
+        let values = c.sources[0].convert_spec("orders/a.csv").csv_values;
+        assert_eq!(
+            values.null_values.as_deref(),
+            Some(&["".to_string(), "NA".into(), "\\N".into()][..])
+        );
+        assert!(values.decimal_comma);
+        assert_ne!(
+            c.sources[0].fingerprint,
+            Config::from_json(&doc("")).unwrap().sources[0].fingerprint
         );
     }
 }

@@ -892,13 +892,13 @@ impl Pipeline {
                 });
             }
         };
-        let Some((version, body)) = self.get_pinned(source, key, version).await? else {
+        let Some((version, body, object)) = self.get_pinned(source, key, version).await? else {
             return Ok(None);
         };
 
         let out_bucket = source.doc.output.bucket.clone();
         let metadata = output_metadata(source, key, &version, ctx);
-        let spec = source.convert_spec(key);
+        let spec = source.convert_spec_for(object);
         let untracked = (!tracked).then_some((bucket.as_str(), key));
         let guard = Guard {
             expected: expected_output,
@@ -937,14 +937,14 @@ impl Pipeline {
 
     /// GET `version` of `key` pinned to its ETag, refusing an object over
     /// `max_object_bytes` (by the size the event gave, then by the one the GET found): the
-    /// version completed from the GET, and its body. `None` when the object is no longer
-    /// that version.
+    /// version completed from the GET, its body, and what the lineage columns say of it.
+    /// `None` when the object is no longer that version.
     async fn get_pinned(
         &self,
         source: &Source,
         key: &str,
         version: &VersionRef,
-    ) -> Result<Option<(VersionRef, Body)>> {
+    ) -> Result<Option<(VersionRef, Body, crate::convert::ObjectInfo)>> {
         let bucket = &source.doc.bucket;
         let too_large = |size: u64| match source.doc.max_object_bytes {
             Some(limit) if size > limit => Err(ProcessError::TooLarge {
@@ -962,7 +962,13 @@ impl Pipeline {
         };
         too_large(meta.size)?;
         self.faults.check(Step::AfterGet, key)?;
-        Ok(Some((pinned(version, &meta), body)))
+        let object = crate::convert::ObjectInfo {
+            key: key.to_string(),
+            version_id: meta.version_id.clone(),
+            etag: meta.etag.clone(),
+            last_modified_ms: meta.last_modified,
+        };
+        Ok(Some((pinned(version, &meta), body, object)))
     }
 
     /// Under `on_bad_row: reject`, write the rejects file of `version` of `key` (its

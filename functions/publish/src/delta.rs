@@ -167,10 +167,12 @@ async fn load(store: &TableStore, url: &Url) -> Result<Option<DeltaTable>, Delta
     }
 }
 
-/// The table's columns: the source's schema (and `dt` when partitioned by key date).
+/// The table's columns: the source's output columns (its schema, the rescued column, the
+/// lineage columns) and `dt` when partitioned by key date.
 fn columns(source: &Source) -> Result<Vec<StructField>, DeltaTableError> {
-    let mut fields = Vec::with_capacity(source.doc.schema.len() + 1);
-    for c in &source.doc.schema {
+    let output = source.output_columns();
+    let mut fields = Vec::with_capacity(output.len() + 1);
+    for c in &output {
         fields.push(StructField::new(
             c.name.clone(),
             delta_type(&c.ty, &c.name)?,

@@ -842,7 +842,7 @@ impl Publisher {
             size,
             modification_time: self.clock.now_ms(),
             data_change,
-            stats: Some(stats::file_stats(&metadata, &source.doc.schema)),
+            stats: Some(stats::file_stats(&metadata, &source.output_columns())),
             path: path.to_string(),
             ..Default::default()
         })
@@ -920,7 +920,7 @@ impl Publisher {
         match read_footer(self.store.as_ref(), bucket, out_key, None).await {
             Ok(Read::Found(f)) => Ok((
                 i64::try_from(f.size).unwrap_or(i64::MAX),
-                stats::file_stats(&f.metadata, &source.doc.schema),
+                stats::file_stats(&f.metadata, &source.output_columns()),
             )),
             Ok(Read::NotFound) => Err(fail(
                 "the ledger's committed output is missing: not published (reconcile repairs it)"

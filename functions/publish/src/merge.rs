@@ -84,7 +84,7 @@ impl Publisher {
         mut plan: Plan,
         view: &BTreeMap<String, Remove>,
     ) -> Result<Plan, PublishError> {
-        let columns = Columns::new(&source.schema, keys, order)
+        let columns = Columns::new(&source.output_schema, keys, order)
             .map_err(|e| self.file_error(source, "", e.to_string()))?;
         // The live objects' outputs: what the table holds less what leaves, plus what comes.
         let now = self.clock.now_ms();

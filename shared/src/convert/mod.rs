@@ -51,11 +51,11 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPrope
 use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
-use crate::schema::ColumnType;
+use crate::schema::{ColumnSpec, ColumnType, FieldType};
 use columns::Columns;
 
 pub use reject::{BadRows, Rejected};
-pub use stats::{ConvertStats, ParseSumError, SumValue};
+pub use stats::{ConvertStats, Ignored, MAX_IGNORED_PATHS, ParseSumError, SumValue};
 
 /// Size at which the Parquet writer closes a row group even if it has fewer rows than
 /// [`ConvertSpec::row_group_rows`] (estimated encoded size): the default of
@@ -172,6 +172,117 @@ pub enum EmptyStrings {
     Empty,
 }
 
+/// What a field of the input that the schema does not name does: a JSON key no column (or
+/// struct field) has, a Parquet, Avro or ORC column or struct field the schema lacks, a
+/// CSV column a header names that the schema does not (with `csv.columns: "name"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UnknownFields {
+    /// Dropped, and counted with their paths in [`ConvertStats::ignored`].
+    #[default]
+    Ignore,
+    /// The object fails, naming the field.
+    Fail,
+    /// Kept in the rescued column ([`ConvertSpec::rescue_column`]).
+    Rescue,
+}
+
+/// What a value that does not read as its column's type does (a string in an `int64`
+/// column, `"maybe"` in a `bool` field of a struct).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BadValues {
+    /// The object (or the row, under [`BadRows::Reject`]) fails, naming line and path.
+    #[default]
+    Fail,
+    /// The value becomes NULL and goes to the rescued column with the reason; the row
+    /// lands. A NULL where the schema forbids one still fails.
+    Rescue,
+}
+
+/// How JSON object keys are matched to column and struct field names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyMatch {
+    /// Exactly (a key that differs only by case is another field).
+    #[default]
+    Exact,
+    /// Whatever their case (Unicode lower case compared); two keys of one object that
+    /// both match one field are an error (or rescued), naming both.
+    CaseInsensitive,
+}
+
+/// How CSV fields spell NULL, booleans and decimal points.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CsvValues {
+    /// Fields that are NULL in any column (compared whole, after unquoting). `None`: only
+    /// an empty field is (see [`EmptyStrings`] for string columns).
+    pub null_values: Option<Vec<String>>,
+    /// Fields read as `true` in a `bool` column (`None`: `true`, any case).
+    pub true_values: Option<Vec<String>>,
+    /// Fields read as `false` in a `bool` column (`None`: `false`, any case).
+    pub false_values: Option<Vec<String>>,
+    /// Decimal and float fields written with a decimal comma (`1,50`).
+    pub decimal_comma: bool,
+}
+
+impl CsvValues {
+    /// Only the default spellings.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// A lineage value: a function of the object version (and the row's place in it), so that
+/// converting the same version again writes the same values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lineage {
+    /// The object's key (`string`).
+    Key,
+    /// Its S3 versionId (`string`, NULL in an unversioned bucket).
+    VersionId,
+    /// Its ETag, without quotes (`string`).
+    Etag,
+    /// Its last-modified time (`timestamp`).
+    LastModified,
+    /// The row's 1-based position among the rows the object gave (`int64`; rows rejected
+    /// under `on_bad_row: reject` are not counted).
+    RowNumber,
+}
+
+impl Lineage {
+    /// The column type of its values.
+    pub fn column_type(self) -> ColumnType {
+        match self {
+            Self::Key | Self::VersionId | Self::Etag => ColumnType::String,
+            Self::LastModified => ColumnType::Timestamp,
+            Self::RowNumber => ColumnType::Int64,
+        }
+    }
+
+    /// Whether the value is never NULL.
+    pub fn always_set(self) -> bool {
+        self != Self::VersionId
+    }
+}
+
+/// The object version a conversion reads, for the [`Lineage`] columns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ObjectInfo {
+    /// Key.
+    pub key: String,
+    /// S3 versionId, in a versioned bucket.
+    pub version_id: Option<String>,
+    /// ETag without quotes.
+    pub etag: String,
+    /// Last modified, in milliseconds since the epoch.
+    pub last_modified_ms: i64,
+}
+
+/// Default of [`ConvertSpec::rescue_column`].
+pub const DEFAULT_RESCUE_COLUMN: &str = "_rescued_data";
+
 /// What to convert and how.
 #[derive(Debug, Clone)]
 pub struct ConvertSpec {
@@ -232,6 +343,24 @@ pub struct ConvertSpec {
     /// are encoded on all of them (see `columns`); the file is the same bytes whatever
     /// the number (default: 2 when the process may run on more than one CPU, else 1).
     pub threads: usize,
+    /// Options of the schema's columns (their `path`, `format` and `timezone`), looked up
+    /// by name; a column without an entry has none (see [`Self::options`]).
+    pub columns: Vec<ColumnSpec>,
+    /// What a field the schema does not name does (default [`UnknownFields::Ignore`]).
+    pub unknown_fields: UnknownFields,
+    /// What a value that does not read as its type does (default [`BadValues::Fail`]).
+    pub bad_values: BadValues,
+    /// The name of the rescued column, a JSON object per row, written after the schema's
+    /// columns when either policy rescues (see [`Self::rescues`]).
+    pub rescue_column: String,
+    /// How JSON keys are matched (default [`KeyMatch::Exact`]).
+    pub json_keys: KeyMatch,
+    /// How CSV fields spell NULL, booleans and decimal points.
+    pub csv_values: CsvValues,
+    /// Lineage columns written last, in order: name and value.
+    pub lineage: Vec<(String, Lineage)>,
+    /// The object version converted, for `lineage` (NULL values without it).
+    pub object: Option<ObjectInfo>,
 }
 
 impl ConvertSpec {
@@ -256,8 +385,63 @@ impl ConvertSpec {
             zstd_level: 3,
             bad_rows: BadRows::Fail,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
+            columns: Vec::new(),
+            unknown_fields: UnknownFields::Ignore,
+            bad_values: BadValues::Fail,
+            rescue_column: DEFAULT_RESCUE_COLUMN.to_owned(),
+            json_keys: KeyMatch::Exact,
+            csv_values: CsvValues::default(),
+            lineage: Vec::new(),
+            object: None,
         }
     }
+
+    /// A spec for `format` input with these columns (their options included).
+    pub fn with_columns(format: InputFormat, columns: &[ColumnSpec]) -> Self {
+        let mut spec = Self::new(format, crate::schema::arrow_schema(columns));
+        spec.columns = columns.to_vec();
+        spec
+    }
+
+    /// The options of the column `name` (path, format, timezone), if any.
+    pub fn options(&self, name: &str) -> Option<&ColumnSpec> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// Whether a policy puts values in the rescued column.
+    pub fn rescues(&self) -> bool {
+        self.unknown_fields == UnknownFields::Rescue || self.bad_values == BadValues::Rescue
+    }
+
+    /// The columns a decoder gives: the schema's, and the rescued column when
+    /// [`Self::rescues`].
+    pub fn decoded_schema(&self) -> SchemaRef {
+        if !self.rescues() {
+            return self.schema.clone();
+        }
+        let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
+        fields.push(Arc::new(rescue_field(&self.rescue_column)));
+        Arc::new(Schema::new(fields))
+    }
+
+    /// The columns of the Parquet file: [`Self::decoded_schema`]'s, then the lineage
+    /// columns.
+    pub fn output_schema(&self) -> SchemaRef {
+        if self.lineage.is_empty() {
+            return self.decoded_schema();
+        }
+        let mut fields: Vec<_> = self.decoded_schema().fields().iter().cloned().collect();
+        for (name, lineage) in &self.lineage {
+            let ty = FieldType::Scalar(lineage.column_type());
+            fields.push(Arc::new(ty.arrow_field(name, !lineage.always_set())));
+        }
+        Arc::new(Schema::new(fields))
+    }
+}
+
+/// The rescued column: a JSON object per row (NULL when nothing was rescued from it).
+pub fn rescue_field(name: &str) -> arrow_schema::Field {
+    FieldType::Json.arrow_field(name, true)
 }
 
 /// Why a conversion failed. The messages read well after a prefix naming the object,
@@ -390,6 +574,11 @@ trait Batches {
     fn take_rejects(&mut self) -> Vec<Rejected> {
         Vec::new()
     }
+
+    /// The values of unknown fields dropped so far (under [`UnknownFields::Ignore`]).
+    fn take_ignored(&mut self) -> Ignored {
+        Ignored::default()
+    }
 }
 
 /// `read`, with a panic inside it turned into a [`ConvertError::Parse`]: for readers of
@@ -421,6 +610,10 @@ impl Batches for Guarded<'_> {
 
     fn take_rejects(&mut self) -> Vec<Rejected> {
         self.0.take_rejects()
+    }
+
+    fn take_ignored(&mut self) -> Ignored {
+        self.0.take_ignored()
     }
 }
 
@@ -537,15 +730,16 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
             let mut properties = writer_builder(self.spec, self.row_group_bytes)?;
             let pending = std::mem::take(&mut self.pending);
             if !pending.is_empty() {
-                let first = arrow_select::concat::concat_batches(&self.spec.schema, &pending)
-                    .map_err(|e| ConvertError::Encode {
-                        message: e.to_string(),
-                    })?;
+                let first =
+                    arrow_select::concat::concat_batches(&self.spec.output_schema(), &pending)
+                        .map_err(|e| ConvertError::Encode {
+                            message: e.to_string(),
+                        })?;
                 properties = column_choices(properties, &first, self.spec);
             }
             let file = self.file.insert(Columns::new(
                 output,
-                self.spec.schema.clone(),
+                self.spec.output_schema(),
                 properties.build(),
                 self.spec.page_memory_bytes,
             )?);
@@ -924,7 +1118,7 @@ fn decode_with<R: Read + Send>(
 /// A decoding whose spec has been checked, before any input is read.
 struct Decoding<'s> {
     spec: &'s ConvertSpec,
-    types: Vec<ColumnType>,
+    types: Vec<FieldType>,
     sums: stats::Sums,
 }
 
@@ -937,6 +1131,18 @@ impl<'s> Decoding<'s> {
         }
         let types = column_types(&spec.schema)?;
         let sums = stats::Sums::new(&spec.schema, &types, &spec.sum_columns)?;
+        let output = spec.output_schema();
+        let mut names = HashSet::new();
+        if let Some(name) = output
+            .fields()
+            .iter()
+            .map(|f| f.name())
+            .find(|n| !names.insert(*n))
+        {
+            return Err(ConvertError::invalid_spec(format!(
+                "duplicate column {name:?} (a schema column, the rescued column or a lineage column)"
+            )));
+        }
         Ok(Self { spec, types, sums })
     }
 
@@ -954,25 +1160,44 @@ impl<'s> Decoding<'s> {
                 if options.header && spec.csv_columns == CsvColumns::ByName =>
             {
                 let (mapping, reader) = header::map_header(reader, &options, spec)?;
-                let file_types = column_types(&mapping.file_spec.schema)?;
+                let file_types = scalar_types(&mapping.file_spec.schema, "CSV")?;
                 let file = csv::CsvBatches::new(reader, options, &mapping.file_spec, file_types)?;
                 Box::new(header::ByName::new(Box::new(file), mapping, spec))
             }
             InputFormat::Csv(options) => {
+                let types = scalar_types(&spec.schema, "CSV")?;
                 Box::new(csv::CsvBatches::new(reader, options, spec, types)?)
             }
             InputFormat::JsonLines => Box::new(json::JsonBatches::new(reader, spec)?),
-            InputFormat::Parquet => Box::new(parquet_input::batches(reader, spec, &types)?),
-            InputFormat::Avro => Box::new(avro::batches(reader, spec, &types)?),
+            InputFormat::Parquet => {
+                let types = scalar_types(&spec.schema, "Parquet")?;
+                Box::new(parquet_input::batches(reader, spec, &types)?)
+            }
+            InputFormat::Avro => {
+                let types = scalar_types(&spec.schema, "Avro")?;
+                Box::new(avro::batches(reader, spec, &types)?)
+            }
             InputFormat::Orc => {
+                let types = scalar_types(&spec.schema, "ORC")?;
                 let opened = guarded(|| orc::batches(reader, spec, &types))?;
                 Box::new(Guarded(Box::new(opened)))
             }
         };
+        drop(types);
+        let decoded = spec.decoded_schema();
+        let output = spec.output_schema();
+        let mut lineage = LineageColumns::new(spec);
         let mut rows = 0;
+        let mut rescued_rows = 0;
         let mut rejects = Vec::new();
         while let Some(batch) = batches.next_batch()? {
             rejects.extend(batches.take_rejects());
+            let batch = with_rescue_column(batch, &decoded)?;
+            if spec.rescues() {
+                let rescued = batch.column(decoded.fields().len() - 1);
+                rescued_rows += (rescued.len() - rescued.null_count()) as u64;
+            }
+            let batch = lineage.append(batch, &output)?;
             let batch = keep(batch)?;
             rows += batch.num_rows() as u64;
             self.sums.add(&batch)?;
@@ -986,12 +1211,91 @@ impl<'s> Decoding<'s> {
             bytes_decoded: meter.decoded(),
             row_groups: 0,
             rejects,
+            rescued_rows,
+            ignored: batches.take_ignored(),
         })
     }
 }
 
-/// The column type of every field, rejecting schemas the readers cannot honour.
-fn column_types(schema: &Schema) -> Result<Vec<ColumnType>, ConvertError> {
+/// `batch` with the rescued column of `decoded` (all NULL) when its decoder gives none.
+fn with_rescue_column(
+    batch: RecordBatch,
+    decoded: &SchemaRef,
+) -> Result<RecordBatch, ConvertError> {
+    if batch.num_columns() == decoded.fields().len() {
+        return Ok(batch);
+    }
+    let mut columns = batch.columns().to_vec();
+    for field in &decoded.fields()[columns.len()..] {
+        columns.push(arrow_array::new_null_array(
+            field.data_type(),
+            batch.num_rows(),
+        ));
+    }
+    RecordBatch::try_new(decoded.clone(), columns).map_err(|e| ConvertError::Encode {
+        message: format!("cannot add the rescued column: {e}"),
+    })
+}
+
+/// The lineage columns of the batches of one object: the same values for every row, and
+/// row numbers counting on from batch to batch.
+struct LineageColumns<'s> {
+    spec: &'s ConvertSpec,
+    rows: i64,
+}
+
+impl<'s> LineageColumns<'s> {
+    fn new(spec: &'s ConvertSpec) -> Self {
+        Self { spec, rows: 0 }
+    }
+
+    /// `batch` (of the decoded schema) with the lineage columns of `output` after it.
+    fn append(
+        &mut self,
+        batch: RecordBatch,
+        output: &SchemaRef,
+    ) -> Result<RecordBatch, ConvertError> {
+        use arrow_array::{ArrayRef, Int64Array, StringArray, TimestampMicrosecondArray};
+        let first = self.rows;
+        let n = batch.num_rows();
+        self.rows += n as i64;
+        if self.spec.lineage.is_empty() {
+            return Ok(batch);
+        }
+        let object = self.spec.object.as_ref();
+        let text = |value: Option<&str>| -> ArrayRef {
+            Arc::new(StringArray::from_iter(std::iter::repeat_n(value, n)))
+        };
+        let mut columns = batch.columns().to_vec();
+        for (_, lineage) in &self.spec.lineage {
+            columns.push(match lineage {
+                Lineage::Key => text(object.map(|o| o.key.as_str())),
+                Lineage::VersionId => text(object.and_then(|o| o.version_id.as_deref())),
+                Lineage::Etag => text(object.map(|o| o.etag.as_str())),
+                Lineage::LastModified => Arc::new(
+                    TimestampMicrosecondArray::from_iter(std::iter::repeat_n(
+                        object.map(|o| o.last_modified_ms.saturating_mul(1000)),
+                        n,
+                    ))
+                    .with_timezone("+00:00"),
+                ),
+                Lineage::RowNumber => Arc::new(Int64Array::from_iter_values(
+                    (first + 1)..=(first + n as i64),
+                )),
+            });
+        }
+        RecordBatch::try_new(output.clone(), columns).map_err(|e| ConvertError::Encode {
+            message: if object.is_none() {
+                format!("cannot add the lineage columns (no object version was given): {e}")
+            } else {
+                format!("cannot add the lineage columns: {e}")
+            },
+        })
+    }
+}
+
+/// The type of every field, rejecting schemas the readers cannot honour.
+fn column_types(schema: &Schema) -> Result<Vec<FieldType>, ConvertError> {
     if schema.fields().is_empty() {
         return Err(ConvertError::invalid_spec("the schema has no columns"));
     }
@@ -1006,11 +1310,27 @@ fn column_types(schema: &Schema) -> Result<Vec<ColumnType>, ConvertError> {
                     f.name()
                 )));
             }
-            ColumnType::from_arrow(f.data_type()).ok_or_else(|| {
+            FieldType::from_field(f).ok_or_else(|| {
                 ConvertError::invalid_spec(format!(
                     "column {:?} has unsupported type {}",
                     f.name(),
                     f.data_type()
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The scalar type of every field, for a reader of scalar columns only (`format` names it).
+fn scalar_types(schema: &Schema, format: &str) -> Result<Vec<ColumnType>, ConvertError> {
+    column_types(schema)?
+        .into_iter()
+        .zip(schema.fields())
+        .map(|(ty, field)| {
+            ty.scalar().ok_or_else(|| {
+                ConvertError::invalid_spec(format!(
+                    "column {:?} is {ty}: {format} input is read into scalar columns only",
+                    field.name()
                 ))
             })
         })
@@ -1815,5 +2135,65 @@ mod tests {
         let file = SerializedFileReader::new(bytes::Bytes::from(out)).unwrap();
         let column = file.metadata().row_group(0).column(0).clone();
         assert!(column.encodings().any(|e| e == Encoding::RLE_DICTIONARY));
+    }
+
+    #[test]
+    fn lineage_columns_are_functions_of_the_object_version() {
+        let mut spec = csv_spec(r#"[{"name":"id","type":"int64"}]"#);
+        spec.lineage = vec![
+            ("_key".into(), Lineage::Key),
+            ("_version".into(), Lineage::VersionId),
+            ("_etag".into(), Lineage::Etag),
+            ("_modified".into(), Lineage::LastModified),
+            ("_row".into(), Lineage::RowNumber),
+        ];
+        spec.object = Some(ObjectInfo {
+            key: "in/a.csv".into(),
+            version_id: None,
+            etag: "9b2cf535f27731c974343645a3985328".into(),
+            last_modified_ms: 1_733_300_000_123,
+        });
+        spec.batch_rows = 2;
+        let input = "id\n1\n2\n3\n";
+        let (stats, file) = run(input, &spec);
+        let row = |id: &str, n: &str| {
+            format!("{id}|in/a.csv|∅|9b2cf535f27731c974343645a3985328|2024-12-04T08:13:20.123Z|{n}")
+        };
+        assert_eq!(
+            file.rows,
+            text_rows(&[&row("1", "1"), &row("2", "2"), &row("3", "3")]),
+            "row numbers count on across batches"
+        );
+        assert_eq!(stats.rows, 3);
+        assert!(
+            file.schema
+                .field_with_name("_version")
+                .unwrap()
+                .is_nullable()
+        );
+        assert!(!file.schema.field_with_name("_row").unwrap().is_nullable());
+        let again = run(input, &spec).1;
+        assert_eq!(
+            again.rows, file.rows,
+            "the same version gives the same rows"
+        );
+
+        // A lineage column named like a schema column is refused before any input is read.
+        spec.lineage.push(("id".into(), Lineage::Etag));
+        let err = convert(input.as_bytes(), &spec, Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("duplicate column \"id\""), "{err}");
+    }
+
+    #[test]
+    fn the_rescued_column_follows_the_schema_and_is_null_when_nothing_is_rescued() {
+        let mut spec = csv_spec(r#"[{"name":"id","type":"int64"}]"#);
+        spec.bad_values = BadValues::Rescue;
+        spec.rescue_column = "_extra".into();
+        let (stats, file) = run("id\n1\n", &spec);
+        assert_eq!(file.rows, text_rows(&["1|∅"]));
+        let field = file.schema.field(1);
+        assert_eq!(field.name(), "_extra");
+        assert_eq!(FieldType::from_field(field), Some(FieldType::Json));
+        assert_eq!(stats.rescued_rows, 0);
     }
 }

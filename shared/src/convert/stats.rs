@@ -18,7 +18,7 @@ use arrow_schema::Schema;
 use serde::{Serialize, Serializer};
 
 use super::ConvertError;
-use crate::schema::ColumnType;
+use crate::schema::{ColumnType, FieldType};
 
 /// The sum of a column's non-NULL values.
 ///
@@ -225,6 +225,57 @@ pub struct ConvertStats {
     /// (not counted in `rows` or the sums).
     #[serde(skip)]
     pub rejects: Vec<super::Rejected>,
+    /// Rows written with something in the rescued column (counted in `rows`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub rescued_rows: u64,
+    /// Values of fields the schema does not name, dropped under
+    /// [`UnknownFields::Ignore`](super::UnknownFields::Ignore).
+    #[serde(skip_serializing_if = "Ignored::is_empty")]
+    pub ignored: Ignored,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Most field paths an [`Ignored`] names; past them it only counts.
+pub const MAX_IGNORED_PATHS: usize = 32;
+
+/// The values an input held in fields the schema does not name, when they are ignored:
+/// how many, and of which fields (the paths of nested fields with `[]` for any array
+/// element and `{}` for any map value: `userIdentity.extra`, `resources[].tags`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Ignored {
+    /// Values dropped.
+    pub values: u64,
+    /// Values dropped per field, for the first [`MAX_IGNORED_PATHS`] fields met.
+    pub fields: BTreeMap<String, u64>,
+}
+
+impl Ignored {
+    /// Nothing was ignored.
+    pub fn is_empty(&self) -> bool {
+        self.values == 0
+    }
+
+    /// Counts `n` values of the field `path`.
+    pub fn add(&mut self, path: &str, n: u64) {
+        self.values += n;
+        if let Some(count) = self.fields.get_mut(path) {
+            *count += n;
+        } else if self.fields.len() < MAX_IGNORED_PATHS {
+            self.fields.insert(path.to_owned(), n);
+        }
+    }
+
+    /// Adds the counts of `other`.
+    pub fn merge(&mut self, other: Ignored) {
+        let named: u64 = other.fields.values().sum();
+        for (path, n) in other.fields {
+            self.add(&path, n);
+        }
+        self.values += other.values - named;
+    }
 }
 
 /// Running sums of the requested columns.
@@ -234,7 +285,7 @@ impl Sums {
     /// Sums of `columns`, which must be summable columns of `schema` (of `types`).
     pub(super) fn new(
         schema: &Schema,
-        types: &[ColumnType],
+        types: &[FieldType],
         columns: &[String],
     ) -> Result<Self, ConvertError> {
         let mut sums: Vec<(usize, String, SumValue)> = Vec::with_capacity(columns.len());
@@ -242,12 +293,15 @@ impl Sums {
             let index = schema.index_of(name).map_err(|_| {
                 ConvertError::invalid_spec(format!("sum column {name:?} is not in the schema"))
             })?;
-            let zero = SumValue::zero(types[index]).ok_or_else(|| {
-                ConvertError::invalid_spec(format!(
-                    "sum column {name:?} is of type {}, which cannot be summed",
-                    types[index]
-                ))
-            })?;
+            let zero = types[index]
+                .scalar()
+                .and_then(SumValue::zero)
+                .ok_or_else(|| {
+                    ConvertError::invalid_spec(format!(
+                        "sum column {name:?} is of type {}, which cannot be summed",
+                        types[index]
+                    ))
+                })?;
             if sums.iter().all(|(i, ..)| *i != index) {
                 sums.push((index, name.clone(), zero));
             }

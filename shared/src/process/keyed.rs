@@ -228,7 +228,7 @@ impl Pipeline {
 
         // The version, pinned to its ETag (as `convert_version` reads it).
         let bucket = &source.doc.bucket;
-        let Some((version, body)) = self.get_pinned(source, key, version).await? else {
+        let Some((version, body, object)) = self.get_pinned(source, key, version).await? else {
             return Ok(KeyedDone::Release(
                 "not current: the object changed or was deleted after the event".into(),
             ));
@@ -252,7 +252,7 @@ impl Pipeline {
         let (stats, etag, filter) = self
             .convert_and_upload_filtered(
                 body,
-                source.convert_spec(key),
+                source.convert_spec_for(object),
                 (bucket, key),
                 (&out_bucket, &out_key),
                 &metadata,

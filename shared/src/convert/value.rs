@@ -15,7 +15,7 @@ use arrow_array::types::Date32Type;
 use arrow_cast::parse::{Parser, string_to_datetime};
 use chrono::Utc;
 
-use crate::schema::ColumnType;
+use crate::schema::{ColumnType, TimeFormat, Zone};
 
 /// Why a text is not an exact decimal of the column's type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -374,6 +374,208 @@ pub(super) fn float_overflow(shown: &str, ty: ColumnType) -> String {
     format!("cannot parse {shown} as {ty}: out of range")
 }
 
+/// How the text (or JSON number) of a `timestamp` or `date` column is read: the column's
+/// [`TimeFormat`] and [`Zone`] (see [`crate::schema::ColumnSpec`]). The default — ISO 8601 /
+/// RFC 3339 strings, naive times in UTC — reads as [`timestamp`] and [`date`] do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct TimeReading {
+    format: Option<TimeFormat>,
+    zone: Zone,
+}
+
+// Until the JSON and CSV decoders read formats.
+#[allow(dead_code)]
+impl TimeReading {
+    /// The reading of the column `name` of `spec` (the default without options).
+    pub(super) fn of(spec: &super::ConvertSpec, name: &str) -> Self {
+        spec.options(name).map_or_else(Self::default, |c| Self {
+            format: c.format.clone(),
+            zone: c.timezone.unwrap_or_default(),
+        })
+    }
+
+    /// ISO 8601 text, naive times in UTC: what [`timestamp`] and [`date`] read, and the fast
+    /// paths read in their place.
+    pub(super) fn is_default(&self) -> bool {
+        self.format.is_none() && self.zone.is_utc()
+    }
+
+    /// Whether JSON numbers are read (an epoch format).
+    pub(super) fn reads_numbers(&self) -> bool {
+        self.format
+            .as_ref()
+            .is_some_and(|f| f.epoch_micros().is_some())
+    }
+
+    /// A timestamp column's text as microseconds since the epoch, or why it cannot be.
+    pub(super) fn timestamp(&self, text: &str) -> Result<i64, String> {
+        match &self.format {
+            None if self.zone.is_utc() => timestamp(text),
+            None => self.zoned(text),
+            Some(format) => match format.epoch_micros() {
+                Some(_) => self.epoch(text, &format!("{text:?}"), format),
+                None => self.pattern(text, format),
+            },
+        }
+    }
+
+    /// A timestamp column's JSON number (`literal`), read only under an epoch format.
+    pub(super) fn timestamp_number(&self, literal: &str) -> Result<i64, String> {
+        match &self.format {
+            Some(format) if format.epoch_micros().is_some() => self.epoch(literal, literal, format),
+            _ => Err(format!(
+                "cannot parse {literal} as timestamp: write times as RFC 3339 strings such as \
+                 \"2024-01-31T12:00:00Z\", or give the column a format such as epoch_seconds"
+            )),
+        }
+    }
+
+    /// A date column's text as days since the epoch, or why it cannot be.
+    pub(super) fn date(&self, text: &str) -> Result<i32, String> {
+        match &self.format {
+            None => date(text),
+            Some(format) if format.epoch_micros().is_some() => {
+                let micros = self.epoch(text, &format!("{text:?}"), format)?;
+                self.midnight(micros, &format!("{text:?}"))
+            }
+            Some(TimeFormat::Pattern(pattern)) => {
+                let bad = || format!("cannot parse {text:?} as date with the format {pattern:?}");
+                // A pattern with a time of day reads as a date-time (a date alone would
+                // silently drop the time): only midnight is a date.
+                if let Ok(at) = chrono::NaiveDateTime::parse_from_str(text, pattern) {
+                    if at.time() != chrono::NaiveTime::MIN {
+                        return Err(format!(
+                            "cannot parse {text:?} as date: it has a time of day (declare the column as timestamp)"
+                        ));
+                    }
+                    return days(at.date()).ok_or_else(bad);
+                }
+                let day = chrono::NaiveDate::parse_from_str(text, pattern).map_err(|_| bad())?;
+                days(day).ok_or_else(bad)
+            }
+            Some(_) => unreachable!("epoch formats are matched above"),
+        }
+    }
+
+    /// A date column's JSON number, read only under an epoch format.
+    pub(super) fn date_number(&self, literal: &str) -> Result<i32, String> {
+        match &self.format {
+            Some(format) if format.epoch_micros().is_some() => {
+                let micros = self.epoch(literal, literal, format)?;
+                self.midnight(micros, literal)
+            }
+            _ => Err(format!(
+                "cannot parse {literal} as date: write dates as strings such as \"2024-01-31\", \
+                 or give the column a format such as epoch_seconds"
+            )),
+        }
+    }
+
+    /// A number of the epoch `format`'s unit (`shown` in errors) as microseconds, exactly.
+    fn epoch(&self, number: &str, shown: &str, format: &TimeFormat) -> Result<i64, String> {
+        let unit = format.epoch_micros().expect("an epoch format");
+        // Microseconds are the unscaled value of a decimal with the unit's fraction digits.
+        let scale = match unit {
+            1_000_000 => 6,
+            1_000 => 3,
+            _ => 0,
+        };
+        let micros = decimal(number, 38, scale).map_err(|e| match e {
+            DecimalError::Rounded => format!(
+                "cannot parse {shown} as timestamp ({format}): it has digits below the \
+                 microsecond and would be truncated"
+            ),
+            _ => format!("cannot parse {shown} as timestamp ({format}): not a number"),
+        })?;
+        i64::try_from(micros)
+            .ok()
+            .filter(|m| chrono::DateTime::from_timestamp_micros(*m).is_some())
+            .ok_or_else(|| format!("cannot parse {shown} as timestamp ({format}): out of range"))
+    }
+
+    /// Days of the instant `micros` when it is a midnight in the zone.
+    fn midnight(&self, micros: i64, shown: &str) -> Result<i32, String> {
+        let at = chrono::DateTime::from_timestamp_micros(micros)
+            .ok_or_else(|| format!("cannot parse {shown} as date: out of range"))?;
+        let day = self.zone.date(at);
+        let start = day.and_time(chrono::NaiveTime::MIN);
+        if self.zone.instant(start).ok() != Some(at) {
+            return Err(format!(
+                "cannot parse {shown} as date: it is not a midnight in {} (it has a time of day; \
+                 declare the column as timestamp)",
+                self.zone
+            ));
+        }
+        days(day).ok_or_else(|| format!("cannot parse {shown} as date: out of range"))
+    }
+
+    /// ISO 8601 text whose naive times are in the (non-UTC) zone.
+    fn zoned(&self, text: &str) -> Result<i64, String> {
+        use arrow_cast::parse::string_to_datetime;
+        let parsed = match self.zone {
+            Zone::Fixed(offset) => string_to_datetime(&offset, text).map(|t| t.to_utc()),
+            Zone::Named(tz) => string_to_datetime(&tz, text).map(|t| t.to_utc()),
+        };
+        let at = match parsed {
+            Ok(at) => at,
+            Err(_) => {
+                // A naive time the zone skips or repeats says so; anything else does not parse.
+                let naive = string_to_datetime(&Utc, text)
+                    .map_err(|_| format!("cannot parse {text:?} as timestamp"))?
+                    .naive_utc();
+                self.zone
+                    .instant(naive)
+                    .map_err(|e| format!("cannot parse {text:?} as timestamp: {e}"))?
+            }
+        };
+        exact_micros(at, text)
+    }
+
+    /// Text read with a strftime pattern: an instant when it has an offset, else a local
+    /// time in the zone (a date alone is its midnight).
+    fn pattern(&self, text: &str, format: &TimeFormat) -> Result<i64, String> {
+        let TimeFormat::Pattern(pattern) = format else {
+            unreachable!("a pattern")
+        };
+        let bad = |e: chrono::ParseError| {
+            format!("cannot parse {text:?} as timestamp with the format {pattern:?}: {e}")
+        };
+        let at = match chrono::DateTime::parse_from_str(text, pattern) {
+            Ok(at) => at.to_utc(),
+            Err(first) => {
+                let local = match chrono::NaiveDateTime::parse_from_str(text, pattern) {
+                    Ok(local) => local,
+                    Err(_) => chrono::NaiveDate::parse_from_str(text, pattern)
+                        .map(|d| d.and_time(chrono::NaiveTime::MIN))
+                        .map_err(|_| bad(first))?,
+                };
+                self.zone
+                    .instant(local)
+                    .map_err(|e| format!("cannot parse {text:?} as timestamp: {e}"))?
+            }
+        };
+        exact_micros(at, text)
+    }
+}
+
+/// Days since 1970-01-01 of `day`, when it fits a `Date32`.
+#[allow(dead_code)]
+fn days(day: chrono::NaiveDate) -> Option<i32> {
+    let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1)?;
+    i32::try_from((day - epoch).num_days()).ok()
+}
+
+/// `at` in microseconds, refused when it has digits below the microsecond.
+#[allow(dead_code)]
+fn exact_micros(at: chrono::DateTime<Utc>, text: &str) -> Result<i64, String> {
+    if !at.timestamp_subsec_nanos().is_multiple_of(1000) {
+        return Err(format!(
+            "cannot parse {text:?} as timestamp: it has digits below the microsecond and would be truncated"
+        ));
+    }
+    Ok(at.timestamp_micros())
+}
+
 #[cfg(test)]
 mod tests {
     use arrow_array::types::Decimal128Type;
@@ -706,5 +908,230 @@ mod tests {
         for t in ["1e999", "-1e400", "infinite", "in"] {
             assert!(!spells_infinity(t), "{t}");
         }
+    }
+
+    fn reading(format: Option<&str>, zone: Option<&str>) -> TimeReading {
+        TimeReading {
+            format: format.map(|f| f.parse().unwrap()),
+            zone: zone.map(|z| z.parse().unwrap()).unwrap_or_default(),
+        }
+    }
+
+    fn shown(micros: i64) -> String {
+        chrono::DateTime::from_timestamp_micros(micros)
+            .unwrap()
+            .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+    }
+
+    #[test]
+    fn timestamps_in_formats_and_zones() {
+        let utc = reading(None, None);
+        assert!(utc.is_default() && !utc.reads_numbers());
+        assert_eq!(
+            utc.timestamp("2024-01-02T03:04:05"),
+            timestamp("2024-01-02T03:04:05")
+        );
+        for (format, zone, text, want) in [
+            (
+                None,
+                Some("America/New_York"),
+                "2024-01-02T03:04:05",
+                "2024-01-02T08:04:05Z",
+            ),
+            (
+                None,
+                Some("America/New_York"),
+                "2024-01-02T03:04:05Z",
+                "2024-01-02T03:04:05Z",
+            ),
+            (
+                None,
+                Some("+05:30"),
+                "2024-01-02 03:04:05.25",
+                "2024-01-01T21:34:05.250Z",
+            ),
+            (
+                Some("epoch_seconds"),
+                None,
+                "1704164645",
+                "2024-01-02T03:04:05Z",
+            ),
+            (
+                Some("epoch_seconds"),
+                None,
+                "1704164645.123456",
+                "2024-01-02T03:04:05.123456Z",
+            ),
+            (
+                Some("epoch_seconds"),
+                None,
+                "1.704164645e9",
+                "2024-01-02T03:04:05Z",
+            ),
+            (
+                Some("epoch_millis"),
+                None,
+                "1704164645123",
+                "2024-01-02T03:04:05.123Z",
+            ),
+            (
+                Some("epoch_millis"),
+                None,
+                "-1000.5",
+                "1969-12-31T23:59:58.999500Z",
+            ),
+            (
+                Some("epoch_micros"),
+                None,
+                "1704164645123456",
+                "2024-01-02T03:04:05.123456Z",
+            ),
+            (
+                Some("%d/%m/%Y %H:%M"),
+                None,
+                "02/01/2024 03:04",
+                "2024-01-02T03:04:00Z",
+            ),
+            (
+                Some("%d/%m/%Y %H:%M"),
+                Some("Europe/Paris"),
+                "02/07/2024 03:04",
+                "2024-07-02T01:04:00Z",
+            ),
+            (
+                Some("%Y-%m-%d %H:%M:%S %z"),
+                Some("Europe/Paris"),
+                "2024-01-02 03:04:05 -0500",
+                "2024-01-02T08:04:05Z",
+            ),
+            (Some("%d.%m.%Y"), None, "02.01.2024", "2024-01-02T00:00:00Z"),
+            (Some("%s"), None, "1704164645", "2024-01-02T03:04:05Z"),
+        ] {
+            let r = reading(format, zone);
+            let got = r.timestamp(text).map(shown);
+            assert_eq!(got.as_deref(), Ok(want), "{format:?} {zone:?} {text}");
+        }
+        let millis = reading(Some("epoch_millis"), None);
+        assert!(millis.reads_numbers());
+        assert_eq!(
+            millis
+                .timestamp_number("1704164645123")
+                .map(shown)
+                .as_deref(),
+            Ok("2024-01-02T03:04:05.123Z")
+        );
+        for (r, text, says) in [
+            (
+                reading(Some("epoch_seconds"), None),
+                "1.0000001",
+                "below the microsecond",
+            ),
+            (
+                reading(Some("epoch_millis"), None),
+                "1.0001",
+                "below the microsecond",
+            ),
+            (
+                reading(Some("epoch_micros"), None),
+                "1.5",
+                "below the microsecond",
+            ),
+            (reading(Some("epoch_seconds"), None), "abc", "not a number"),
+            (reading(Some("epoch_seconds"), None), "1e30", "out of range"),
+            (
+                reading(Some("%d/%m/%Y"), None),
+                "2024-01-02",
+                "with the format \"%d/%m/%Y\"",
+            ),
+            (
+                reading(None, Some("America/New_York")),
+                "2024-03-10T02:30:00",
+                "does not exist",
+            ),
+            (
+                reading(None, Some("America/New_York")),
+                "2024-11-03T01:30:00",
+                "twice",
+            ),
+            (
+                reading(None, Some("America/New_York")),
+                "yesterday",
+                "cannot parse \"yesterday\"",
+            ),
+            (
+                reading(Some("%d/%m/%Y %H:%M"), Some("America/New_York")),
+                "03/11/2024 01:30",
+                "twice",
+            ),
+        ] {
+            let err = r.timestamp(text).unwrap_err();
+            assert!(err.contains(says), "{r:?} {text}: {err}");
+        }
+        let err = utc.timestamp_number("1700000000").unwrap_err();
+        assert!(err.contains("give the column a format"), "{err}");
+    }
+
+    #[test]
+    fn dates_in_formats_and_zones() {
+        let day = |d: i32| {
+            chrono::NaiveDate::from_ymd_opt(1970, 1, 1).unwrap() + chrono::Days::new(d as u64)
+        };
+        for (format, zone, text, want) in [
+            (None, None, "2024-01-02", "2024-01-02"),
+            (Some("%d/%m/%Y"), None, "02/01/2024", "2024-01-02"),
+            (
+                Some("%d/%m/%Y %H:%M"),
+                None,
+                "02/01/2024 00:00",
+                "2024-01-02",
+            ),
+            (Some("epoch_millis"), None, "1704153600000", "2024-01-02"),
+            (
+                Some("epoch_seconds"),
+                Some("America/New_York"),
+                "1704171600",
+                "2024-01-02",
+            ),
+        ] {
+            let r = reading(format, zone);
+            assert_eq!(
+                r.date(text).map(|d| day(d).to_string()).as_deref(),
+                Ok(want),
+                "{text}"
+            );
+        }
+        let r = reading(Some("epoch_millis"), None);
+        assert_eq!(
+            r.date_number("1704153600000")
+                .map(|d| day(d).to_string())
+                .as_deref(),
+            Ok("2024-01-02")
+        );
+        for (r, text, says) in [
+            (
+                reading(Some("epoch_millis"), None),
+                "1704153600001",
+                "not a midnight in UTC",
+            ),
+            (
+                reading(Some("%d/%m/%Y %H:%M"), None),
+                "02/01/2024 10:00",
+                "time of day",
+            ),
+            (
+                reading(Some("%d/%m/%Y"), None),
+                "2024-01-02",
+                "with the format",
+            ),
+        ] {
+            let err = r.date(text).unwrap_err();
+            assert!(err.contains(says), "{text}: {err}");
+        }
+        assert!(
+            reading(None, None)
+                .date_number("19000")
+                .unwrap_err()
+                .contains("give the column a format")
+        );
     }
 }

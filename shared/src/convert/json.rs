@@ -7,21 +7,29 @@
 //! an object), its lines are decoded again one by one to find the first bad one.
 //!
 //! A line is read only up to [`ConvertSpec::max_record_bytes`], and a batch closes once
-//! its lines reach [`ConvertSpec::batch_bytes`], so memory stays bounded whatever the input. Columns whose
-//! arrow-json reading would change a value (integers, decimals, dates, timestamps,
-//! floats; see [`super::value`]) are decoded by [`Strict`], and an object holding a
-//! column's key twice is refused rather than read as its last value.
+//! its lines reach [`ConvertSpec::batch_bytes`], so memory stays bounded whatever the input.
+//! Every column is decoded by the decoders of [`tree`], made by [`Strict`]: nested types to
+//! any depth, columns read from paths, unknown fields counted, refused or rescued, and values
+//! whose arrow-json reading would change them (integers, decimals, dates, timestamps, floats;
+//! see [`super::value`]) read exactly or refused; an object holding a field's key twice is
+//! refused (or the second value rescued) rather than read as its last value. A failure names
+//! its line and the path of the value (`line 3: column "resources[1].ARN": …`), found by the
+//! row decoder from the failing value's place on the tape.
 //!
-//! Most batches never reach arrow-json: their lines are read in one pass by the
-//! [`flat::FlatDecoder`], which declines any line it is not certain to read as arrow-json
+//! Most batches of flat sources never reach arrow-json: their lines are read in one pass by
+//! the [`flat::FlatDecoder`], which declines any line it is not certain to read as arrow-json
 //! would. The batch of a declined line is then fed to arrow-json from its first line, so
-//! that its rows, errors and rejected rows are exactly those of arrow-json's path.
+//! that its rows, errors and rejected rows are exactly those of arrow-json's path. Sources
+//! with nested or `json` columns, paths, time formats, case-insensitive keys or a rescued
+//! column are read by arrow-json's path only.
 
 #[cfg(test)]
 mod differential;
 mod flat;
+#[cfg(test)]
+mod nested_tests;
+mod tree;
 
-use std::collections::HashMap;
 use std::io::BufRead;
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -42,10 +50,13 @@ use arrow_json::reader::{
 use arrow_schema::{ArrowError, DataType, FieldRef, Schema, SchemaRef};
 
 use self::flat::FlatDecoder;
+use self::tree::{Shared, StructDecoder, TimeReading, show};
 use super::reject::RejectLog;
 use super::value;
-use super::{Batches, ConvertError, ConvertSpec, arrow_message, null_violation, nullable};
-use crate::schema::ColumnType;
+use super::{
+    Batches, ConvertError, ConvertSpec, Ignored, KeyMatch, arrow_message, null_violation, nullable,
+};
+use crate::schema::{ColumnSpec, ColumnType};
 
 /// Record batches decoded from JSON Lines text.
 pub(super) struct JsonBatches<R> {
@@ -53,10 +64,12 @@ pub(super) struct JsonBatches<R> {
     batch_rows: usize,
     batch_bytes: usize,
     max_record_bytes: usize,
-    /// The spec's schema.
+    /// The spec's decoded schema (its columns and the rescued column, if any).
     schema: SchemaRef,
     /// `schema` with all fields nullable: what batches are decoded against.
     decode_schema: SchemaRef,
+    /// Makes the decoders; shares what they find.
+    strict: Arc<Strict>,
     decoder: Decoder,
     /// The fast path, `None` when the schema has a column it does not read.
     flat: Option<FlatDecoder>,
@@ -72,22 +85,48 @@ pub(super) struct JsonBatches<R> {
     end: bool,
     /// Rows set aside (policy [`super::BadRows::Reject`]).
     rejects: RejectLog,
+    /// Values of unknown fields dropped in the batches returned so far.
+    ignored: Ignored,
+    /// Of the batch being read.
+    batch_ignored: Ignored,
 }
 
 impl<R: BufRead> JsonBatches<R> {
     /// Prepares to decode `reader`.
     pub(super) fn new(reader: R, spec: &ConvertSpec) -> Result<Self, ConvertError> {
-        let decode_schema = nullable(&spec.schema);
-        let decoder = decoder(&decode_schema, spec.batch_rows)
+        let schema = spec.decoded_schema();
+        let decode_schema = nullable(&schema);
+        let strict = Arc::new(Strict {
+            shared: Arc::new(Shared::new(
+                spec.unknown_fields,
+                spec.bad_values,
+                spec.json_keys,
+                spec.rescues().then(|| spec.rescue_column.clone()),
+            )),
+            columns: spec.columns.clone(),
+        });
+        let decoder = strict
+            .decoder(&decode_schema, spec.batch_rows)
             .map_err(|e| ConvertError::invalid_spec(arrow_message(e)))?;
-        let flat = FlatDecoder::new(&decode_schema).filter(|_| !arrow_only());
+        // The fast path reads flat rows of scalars in the default readings only.
+        let plain = !spec.rescues()
+            && spec.json_keys == KeyMatch::Exact
+            && spec.columns.iter().all(|c| {
+                c.path.is_none()
+                    && TimeReading::from_options(c.format.clone(), c.timezone).is_default()
+            });
+        let flat = plain
+            .then(|| FlatDecoder::new(&decode_schema, spec.unknown_fields))
+            .flatten()
+            .filter(|_| !arrow_only());
         Ok(Self {
             reader,
             batch_rows: spec.batch_rows,
             batch_bytes: spec.batch_bytes,
             max_record_bytes: spec.max_record_bytes,
-            schema: spec.schema.clone(),
+            schema,
             decode_schema,
+            strict,
             decoder,
             flat,
             fast: false,
@@ -96,6 +135,8 @@ impl<R: BufRead> JsonBatches<R> {
             line: 0,
             end: false,
             rejects: RejectLog::new(spec.bad_rows),
+            ignored: Ignored::default(),
+            batch_ignored: Ignored::default(),
         })
     }
 
@@ -164,7 +205,9 @@ impl<R: BufRead> JsonBatches<R> {
             if self.fast {
                 // A line that fails on its own closes the batch before it, as below,
                 // whose other lines the fast path has all read: the batch stays on it.
-                if let Some(error) = line_error(&self.decode_schema, self.line, &self.buf[start..])
+                if let Some(error) =
+                    self.strict
+                        .line_error(&self.decode_schema, self.line, &self.buf[start..])
                 {
                     if let Some(flat) = &mut self.flat {
                         flat.rollback();
@@ -194,7 +237,8 @@ impl<R: BufRead> JsonBatches<R> {
                 // What the decoder says depends on how many rows it may still take: ask
                 // one that takes one row, so that the error does not depend on batching.
                 failed => Some(
-                    line_error(&self.decode_schema, self.line, text)
+                    self.strict
+                        .line_error(&self.decode_schema, self.line, text)
                         .unwrap_or_else(|| failed.err().unwrap_or_else(|| one_value(self.line))),
                 ),
             };
@@ -253,7 +297,9 @@ impl<R: BufRead> JsonBatches<R> {
 
     /// A new decoder, fed the lines of `rows` again.
     fn refeed(&mut self) -> Result<(), ConvertError> {
-        self.decoder = decoder(&self.decode_schema, self.batch_rows.max(self.rows.len()))
+        self.decoder = self
+            .strict
+            .decoder(&self.decode_schema, self.batch_rows.max(self.rows.len()))
             .map_err(|e| ConvertError::invalid_spec(arrow_message(e)))?;
         for (line, range) in &self.rows {
             let text = &self.buf[range.clone()];
@@ -274,11 +320,14 @@ impl<R: BufRead> JsonBatches<R> {
     /// Ranges of lines are decoded together and halved while they fail, so that a batch
     /// with a few bad lines costs a few decodes of it, not one per line.
     fn sort_lines(&mut self) -> Result<RecordBatch, ConvertError> {
+        self.batch_ignored = Ignored::default();
         let rows = std::mem::take(&mut self.rows);
         let (mut pieces, mut good) = (Vec::new(), Vec::new());
         self.sort_range(&rows, &mut pieces, &mut good)?;
         self.rows = good;
-        self.decoder = decoder(&self.decode_schema, self.batch_rows)
+        self.decoder = self
+            .strict
+            .decoder(&self.decode_schema, self.batch_rows)
             .map_err(|e| ConvertError::invalid_spec(arrow_message(e)))?;
         arrow_select::concat::concat_batches(&self.decode_schema, &pieces)
             .map_err(|e| ConvertError::parse(None, None, arrow_message(e)))
@@ -302,7 +351,7 @@ impl<R: BufRead> JsonBatches<R> {
         }
         if let [(line, range)] = rows {
             let bytes = &self.buf[range.clone()];
-            let error = match decode_line(&self.decode_schema, bytes) {
+            let error = match self.strict.decode_line(&self.decode_schema, bytes) {
                 Err(e) => self.diagnose(*line, bytes, e),
                 Ok(()) => {
                     let message = "internal error: a line that decodes alone fails in a batch";
@@ -317,12 +366,16 @@ impl<R: BufRead> JsonBatches<R> {
     }
 
     /// `rows` decoded together, or `None` if one of them fails.
-    fn decode_rows(&self, rows: &[(u64, Range<usize>)]) -> Option<RecordBatch> {
-        let mut decoder = decoder(&self.decode_schema, rows.len()).ok()?;
+    fn decode_rows(&mut self, rows: &[(u64, Range<usize>)]) -> Option<RecordBatch> {
+        let mut decoder = self.strict.decoder(&self.decode_schema, rows.len()).ok()?;
         for (_, range) in rows {
             decoder.decode(&self.buf[range.clone()]).ok()?;
         }
-        decoder.flush().ok()?
+        let batch = decoder.flush().ok()?;
+        if batch.is_some() {
+            self.keep_ignored();
+        }
+        batch
     }
 
     /// Policy reject: the rows `bad` (indexes into `rows`, in order, with their errors) set
@@ -338,7 +391,15 @@ impl<R: BufRead> JsonBatches<R> {
         }
         self.rows = rows;
         self.refeed()?;
-        match self.decoder.flush() {
+        let flushed = self.decoder.flush();
+        if flushed.is_ok() {
+            // The batch's rows are these: their count replaces what was counted before.
+            self.batch_ignored = Ignored::default();
+        }
+        if let Ok(Some(_)) = flushed {
+            self.keep_ignored();
+        }
+        match flushed {
             Ok(Some(batch)) => Ok(batch),
             Ok(None) => Ok(RecordBatch::new_empty(self.decode_schema.clone())),
             Err(e) => Err(self.locate(e)),
@@ -370,49 +431,64 @@ impl<R: BufRead> JsonBatches<R> {
         }
     }
 
-    /// Locates the first line of the batch that fails on its own, and in it the first
-    /// column that fails on its own, to report `e` there.
+    /// Locates the failure `e` of the batch: at the line and path the row decoder found, or
+    /// else at the first line of the batch that fails on its own.
     fn locate(&self, e: ArrowError) -> ConvertError {
+        let located = self.strict.shared.findings().located.take();
+        if let Some((row, path, message)) = located
+            && let Some((line, _)) = self.rows.get(row)
+        {
+            return ConvertError::parse(Some(*line), Some(&path), message);
+        }
         match self.rows.iter().find_map(|(line, range)| {
             let bytes = &self.buf[range.clone()];
-            Some((*line, bytes, decode_line(&self.decode_schema, bytes).err()?))
+            let e = self.strict.decode_line(&self.decode_schema, bytes).err()?;
+            Some((*line, bytes, e))
         }) {
             Some((line, bytes, e)) => self.diagnose(line, bytes, e),
             None => ConvertError::parse(None, None, arrow_message(e)),
         }
     }
 
-    /// The error of `line` (its `bytes`), which fails on its own with `e`: in the first
-    /// column that fails on its own.
-    fn diagnose(&self, line: u64, bytes: &[u8], e: ArrowError) -> ConvertError {
-        // A line that fails without any column is not an object at all.
-        if decode_line(&Schema::empty(), bytes).is_err() {
-            let message = format!("not a JSON object: {}", arrow_message(e));
-            return ConvertError::parse(Some(line), None, message);
+    /// The error of `line` (its `bytes`), which just failed on its own with `e`: at the path
+    /// the row decoder found, or else of the line as a whole (one that is not an object).
+    fn diagnose(&self, line: u64, _bytes: &[u8], e: ArrowError) -> ConvertError {
+        if let Some((_, path, message)) = self.strict.shared.findings().located.take() {
+            return ConvertError::parse(Some(line), Some(&path), message);
         }
-        let column = self.decode_schema.fields().iter().find_map(|field| {
-            let alone = Schema::new(vec![field.clone()]);
-            Some((field.name(), decode_line(&alone, bytes).err()?))
-        });
-        match column {
-            Some((name, e)) => {
-                let message = arrow_message(e);
-                // arrow-json prefixes some failures with "whilst decoding field 'NAME': "
-                let prefix = format!("whilst decoding field '{name}': ");
-                let message = message.strip_prefix(&prefix).unwrap_or(&message);
-                ConvertError::parse(Some(line), Some(name), message)
-            }
-            None => ConvertError::parse(Some(line), None, arrow_message(e)),
+        let message = arrow_message(e);
+        if message.starts_with("expected { got") {
+            return ConvertError::parse(Some(line), None, format!("not a JSON object: {message}"));
         }
+        ConvertError::parse(Some(line), None, message)
     }
-}
 
-impl<R: BufRead> Batches for JsonBatches<R> {
-    fn next_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
+    /// Adds the values of unknown fields the last decoding of rows dropped to the batch's
+    /// count: called right after a decoding of rows that gave some (a flush of none decodes
+    /// nothing, and what a failed decoding counted is never kept).
+    fn keep_ignored(&mut self) {
+        let ignored = std::mem::take(&mut self.strict.shared.findings().ignored);
+        self.batch_ignored.merge(ignored);
+    }
+
+    /// The next batch: see [`Batches::next_batch`]. Counts the values of unknown fields of
+    /// its rows (and of no others) in `batch_ignored`.
+    fn read_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
         self.fill()?;
         let flushed = match self.take_flat_batch()? {
-            Some(batch) => Ok(Some(batch)),
-            None => self.decoder.flush(),
+            Some(batch) => {
+                if let Some(flat) = &mut self.flat {
+                    self.batch_ignored = flat.take_ignored();
+                }
+                Ok(Some(batch))
+            }
+            None => {
+                let flushed = self.decoder.flush();
+                if let Ok(Some(_)) = flushed {
+                    self.keep_ignored();
+                }
+                flushed
+            }
         };
         let batch = match flushed {
             Ok(Some(batch)) => batch,
@@ -435,24 +511,25 @@ impl<R: BufRead> Batches for JsonBatches<R> {
         }
         Ok(Some(batch))
     }
+}
+
+impl<R: BufRead> Batches for JsonBatches<R> {
+    fn next_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
+        self.batch_ignored = Ignored::default();
+        let batch = self.read_batch()?;
+        if batch.is_some() {
+            let counted = std::mem::take(&mut self.batch_ignored);
+            self.ignored.merge(counted);
+        }
+        Ok(batch)
+    }
 
     fn take_rejects(&mut self) -> Vec<super::Rejected> {
         self.rejects.take()
     }
-}
 
-/// The error of JSON line `line` (its `text`, with its newline) decoded on its own by a
-/// decoder of one row: `None` if it decodes.
-fn line_error(schema: &Schema, line: u64, text: &[u8]) -> Option<ConvertError> {
-    let Ok(mut decoder) = decoder(schema, 1) else {
-        return None;
-    };
-    match decoder.decode(text) {
-        Err(e) => Some(ConvertError::parse(Some(line), None, arrow_message(e))),
-        Ok(taken) if taken != text.len() || decoder.has_partial_record() || decoder.len() != 1 => {
-            Some(one_value(line))
-        }
-        Ok(_) => None,
+    fn take_ignored(&mut self) -> Ignored {
+        std::mem::take(&mut self.ignored)
     }
 }
 
@@ -605,124 +682,126 @@ fn null_rows(batch: &RecordBatch, schema: &Schema) -> Vec<(usize, usize)> {
     rows.into_iter().collect()
 }
 
-/// An arrow-json decoder of objects with `schema`'s fields, `batch_rows` at a time.
-fn decoder(schema: &Schema, batch_rows: usize) -> Result<Decoder, ArrowError> {
-    ReaderBuilder::new(Arc::new(schema.clone()))
-        .with_batch_size(batch_rows)
-        .with_decoder_factory(Arc::new(Strict))
-        .build_decoder()
-}
-
-/// Decodes one line against `schema`, for diagnosis.
-fn decode_line(schema: &Schema, line: &[u8]) -> Result<(), ArrowError> {
-    let mut decoder = decoder(schema, 1)?;
-    decoder.decode(line)?;
-    decoder.flush().map(drop)
-}
-
-/// The [`DecoderFactory`] of the converter: exact decoders for the column types whose
-/// arrow-json decoders would change a value, and a root that refuses duplicate keys.
+/// Makes the decoders of the converter: arrow-json asks it for the decoder of the row
+/// objects, and everything from there is made by [`tree`], by column type and options.
 #[derive(Debug)]
-struct Strict;
+struct Strict {
+    shared: Arc<Shared>,
+    /// The columns' options (paths, time formats), by name.
+    columns: Vec<ColumnSpec>,
+}
+
+impl Strict {
+    /// An arrow-json decoder of objects with `schema`'s fields, `batch_rows` at a time.
+    fn decoder(
+        self: &Arc<Self>,
+        schema: &Schema,
+        batch_rows: usize,
+    ) -> Result<Decoder, ArrowError> {
+        ReaderBuilder::new(Arc::new(schema.clone()))
+            .with_batch_size(batch_rows)
+            .with_decoder_factory(self.clone())
+            .build_decoder()
+    }
+
+    /// Decodes one line against `schema`, for diagnosis.
+    fn decode_line(self: &Arc<Self>, schema: &Schema, line: &[u8]) -> Result<(), ArrowError> {
+        let mut decoder = self.decoder(schema, 1)?;
+        decoder.decode(line)?;
+        decoder.flush().map(drop)
+    }
+
+    /// The error of JSON line `line` (its `text`, with its newline) read on its own by a
+    /// decoder of one row (its syntax, not its values): `None` if it reads.
+    fn line_error(
+        self: &Arc<Self>,
+        schema: &Schema,
+        line: u64,
+        text: &[u8],
+    ) -> Option<ConvertError> {
+        let Ok(mut decoder) = self.decoder(schema, 1) else {
+            return None;
+        };
+        match decoder.decode(text) {
+            Err(e) => Some(ConvertError::parse(Some(line), None, arrow_message(e))),
+            Ok(taken)
+                if taken != text.len() || decoder.has_partial_record() || decoder.len() != 1 =>
+            {
+                Some(one_value(line))
+            }
+            Ok(_) => None,
+        }
+    }
+}
+
+/// An arrow-json decoder of `schema` under the default policies, for tests comparing paths.
+#[cfg(test)]
+fn decoder(schema: &Schema, batch_rows: usize) -> Result<Decoder, ArrowError> {
+    let strict = Arc::new(Strict {
+        shared: Arc::new(Shared::new(
+            Default::default(),
+            Default::default(),
+            Default::default(),
+            None,
+        )),
+        columns: Vec::new(),
+    });
+    strict.decoder(schema, batch_rows)
+}
 
 impl DecoderFactory for Strict {
     fn make_default_decoder(
         &self,
         ctx: &DecoderContext,
         field: &FieldRef,
-        is_nullable: bool,
+        _is_nullable: bool,
     ) -> Result<Option<Box<dyn ArrayDecoder>>, ArrowError> {
-        // The root of the schema is the only struct: columns are never nested.
-        if let DataType::Struct(fields) = field.data_type() {
-            let index = fields
-                .iter()
-                .enumerate()
-                .map(|(i, f)| (f.name().clone(), i))
-                .collect();
-            return Ok(Some(Box::new(Root {
-                inner: ctx.make_builtin_decoder(field, is_nullable)?,
-                index,
-                names: fields.iter().map(|f| f.name().clone()).collect(),
-                seen: vec![0; fields.len()],
-                generation: 0,
-            })));
+        // Only the (nameless) root is asked for: the decoders below it are made by `tree`.
+        if field.name().is_empty() && matches!(field.data_type(), DataType::Struct(_)) {
+            let root =
+                StructDecoder::new(&self.shared, ctx, field, String::new(), Some(&self.columns))?;
+            return Ok(Some(Box::new(root)));
         }
-        let Some(ty) = ColumnType::from_arrow(field.data_type()) else {
-            return Ok(None);
-        };
-        let decoder: Box<dyn ArrayDecoder> = match ty {
-            ColumnType::Int32 => Box::new(Whole::<Int32Type>::new(ty, i32::MIN, i32::MAX)),
-            ColumnType::Int64 => Box::new(Whole::<Int64Type>::new(ty, i64::MIN, i64::MAX)),
-            ColumnType::Decimal { .. } => Box::new(Exact { ty }),
-            ColumnType::Date | ColumnType::Timestamp => Box::new(Exact { ty }),
-            ColumnType::Float32 | ColumnType::Float64 => Box::new(Finite {
-                inner: ctx.make_builtin_decoder(field, is_nullable)?,
-                ty,
-            }),
-            ColumnType::String | ColumnType::Bool => return Ok(None),
-        };
-        Ok(Some(decoder))
+        tree::make(
+            &self.shared,
+            ctx,
+            field,
+            field.name().clone(),
+            TimeReading::default(),
+        )
+        .map(Some)
     }
 }
 
-fn json_error(message: String) -> ArrowError {
-    ArrowError::JsonError(message)
-}
-
-/// The row objects: arrow-json's own decoder, after checking that no object holds a
-/// column's key twice (arrow-json would keep the last value).
-struct Root {
-    inner: Box<dyn ArrayDecoder>,
-    /// Column index by key.
-    index: HashMap<String, usize>,
-    /// Column names by index: keys usually come in the schema's order, so the column
-    /// after the last one found is tried before `index`.
-    names: Vec<String>,
-    /// The generation (row) in which each column was last seen.
-    seen: Vec<u64>,
-    generation: u64,
-}
-
-impl ArrayDecoder for Root {
-    fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
-        if !self.index.is_empty() {
-            for &p in pos {
-                // Anything but an object is the inner decoder's to refuse.
-                let TapeElement::StartObject(end) = tape.get(p) else {
-                    continue;
-                };
-                self.generation += 1;
-                let mut at = p + 1;
-                let mut next = 0;
-                while at < end {
-                    let TapeElement::String(key) = tape.get(at) else {
-                        break;
-                    };
-                    let key = tape.get_string(key);
-                    let column = match self.names.get(next) {
-                        Some(name) if name == key => Some(next),
-                        _ => self.index.get(key).copied(),
-                    };
-                    if let Some(column) = column {
-                        next = column + 1;
-                        if self.seen[column] == self.generation {
-                            return Err(json_error(format!(
-                                "whilst decoding field '{key}': the key appears twice in the object"
-                            )));
-                        }
-                        self.seen[column] = self.generation;
-                    }
-                    at = tape.next(at + 1, "field value")?;
-                }
-            }
+/// The decoder of a scalar column or field of type `ty`, times read by `time`.
+fn scalar_decoder(
+    shared: &Arc<Shared>,
+    ctx: &DecoderContext,
+    field: &FieldRef,
+    ty: ColumnType,
+    time: TimeReading,
+) -> Result<Box<dyn ArrayDecoder>, ArrowError> {
+    let shared = shared.clone();
+    Ok(match ty {
+        ColumnType::Int32 => Box::new(Whole::<Int32Type>::new(shared, ty, i32::MIN, i32::MAX)),
+        ColumnType::Int64 => Box::new(Whole::<Int64Type>::new(shared, ty, i64::MIN, i64::MAX)),
+        ColumnType::Decimal { .. } | ColumnType::Date | ColumnType::Timestamp => {
+            Box::new(Exact { shared, ty, time })
         }
-        self.inner.decode(tape, pos)
-    }
+        ColumnType::Float32 | ColumnType::Float64 => Box::new(Finite {
+            inner: ctx.make_builtin_decoder(field, true)?,
+            shared,
+            ty,
+        }),
+        ColumnType::String => Box::new(tree::Text { shared }),
+        ColumnType::Bool => Box::new(tree::Flag { shared }),
+    })
 }
 
 /// An integer column: integer strings as arrow-cast reads them, and numbers only when they
 /// are whole (`1.0` and `1e3` are; `1.5` is an error, where arrow-json truncates it).
 struct Whole<T> {
+    shared: Arc<Shared>,
     ty: ColumnType,
     /// The range of the type.
     min: i128,
@@ -731,8 +810,14 @@ struct Whole<T> {
 }
 
 impl<T> Whole<T> {
-    fn new(ty: ColumnType, min: impl Into<i128>, max: impl Into<i128>) -> Self {
+    fn new(
+        shared: Arc<Shared>,
+        ty: ColumnType,
+        min: impl Into<i128>,
+        max: impl Into<i128>,
+    ) -> Self {
         Self {
+            shared,
             ty,
             min: min.into(),
             max: max.into(),
@@ -757,38 +842,46 @@ where
                 }
                 TapeElement::String(s) => {
                     let s = tape.get_string(s);
-                    T::parse(s).ok_or_else(|| json_error(format!("cannot parse {s:?} as {ty}")))?
+                    T::parse(s).ok_or_else(|| format!("cannot parse {s:?} as {ty}"))
                 }
-                TapeElement::Number(s) => {
-                    let whole = value::whole_number(tape.get_string(s), ty, min, max)
-                        .map_err(json_error)?;
-                    // In range: checked by `whole_number`.
-                    T::Native::try_from(whole)
-                        .map_err(|_| json_error(format!("{whole} is out of range for {ty}")))?
-                }
-                _ => return Err(tape.error(p, &ty.to_string())),
+                TapeElement::Number(s) => value::whole_number(tape.get_string(s), ty, min, max)
+                    .and_then(|whole| {
+                        // In range: checked by `whole_number`.
+                        T::Native::try_from(whole)
+                            .map_err(|_| format!("{whole} is out of range for {ty}"))
+                    }),
+                _ => Err(format!("expected {ty} got {}", show(tape, p))),
             };
-            builder.append_value(value);
+            match value {
+                Ok(value) => builder.append_value(value),
+                Err(message) => {
+                    self.shared.bad(p, message)?;
+                    builder.append_null();
+                }
+            }
         }
         Ok(Arc::new(builder.finish()))
     }
 }
 
 /// A decimal, date or timestamp column, read exactly (see [`value`]). Dates and
-/// timestamps are strings: a number would be read by arrow-json as days or microseconds
-/// since the epoch, which no writer of JSON means by it.
+/// timestamps are strings (a number would be read by arrow-json as days or microseconds
+/// since the epoch, which no writer of JSON means by it) unless the column's format is an
+/// epoch, which reads numbers.
 struct Exact {
+    shared: Arc<Shared>,
     ty: ColumnType,
+    time: TimeReading,
 }
 
 impl Exact {
-    fn decimal(&self, text: &str, shown: &str) -> Result<i128, ArrowError> {
+    fn decimal(&self, text: &str, shown: &str) -> Result<i128, String> {
         let ColumnType::Decimal { precision, scale } = self.ty else {
             unreachable!("a decimal decoder has a decimal type")
         };
         // The scale is at least 0 (see `schema`).
         value::decimal(text, precision, scale.unsigned_abs())
-            .map_err(|e| json_error(value::decimal_message(shown, self.ty, e)))
+            .map_err(|e| value::decimal_message(shown, self.ty, e))
     }
 }
 
@@ -796,22 +889,31 @@ impl ArrayDecoder for Exact {
     fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
         let ty = self.ty;
         macro_rules! read {
-            ($arrow:ty, |$text:ident, $shown:ident| $string:expr, |$literal:ident| $number:expr) => {{
+            ($arrow:ty, |$text:ident| $string:expr, |$literal:ident| $number:expr) => {{
                 let mut builder = PrimitiveBuilder::<$arrow>::with_capacity(pos.len())
                     .with_data_type(ty.to_arrow());
                 for &p in pos {
-                    match tape.get(p) {
-                        TapeElement::Null => builder.append_null(),
+                    let value = match tape.get(p) {
+                        TapeElement::Null => {
+                            builder.append_null();
+                            continue;
+                        }
                         TapeElement::String(s) => {
                             let $text = tape.get_string(s);
-                            let $shown = format!("{:?}", $text);
-                            builder.append_value($string?);
+                            $string
                         }
                         TapeElement::Number(s) => {
                             let $literal = tape.get_string(s);
-                            builder.append_value($number?);
+                            $number
                         }
-                        _ => return Err(tape.error(p, &ty.to_string())),
+                        _ => Err(format!("expected {ty} got {}", show(tape, p))),
+                    };
+                    match value {
+                        Ok(value) => builder.append_value(value),
+                        Err(message) => {
+                            self.shared.bad(p, message)?;
+                            builder.append_null();
+                        }
                     }
                 }
                 Arc::new(builder.finish()) as ArrayRef
@@ -820,22 +922,16 @@ impl ArrayDecoder for Exact {
         Ok(match ty {
             ColumnType::Decimal { .. } => read!(
                 Decimal128Type,
-                |text, shown| self.decimal(text, &shown),
+                |text| self.decimal(text, &format!("{text:?}")),
                 |literal| self.decimal(literal, literal)
             ),
-            ColumnType::Date => read!(
-                Date32Type,
-                |text, _shown| value::date(text).map_err(json_error),
-                |literal| Err::<i32, _>(json_error(format!(
-                    "cannot parse {literal} as date: write dates as strings such as \"2024-01-31\""
-                )))
-            ),
+            ColumnType::Date => read!(Date32Type, |text| self.time.date(text), |literal| self
+                .time
+                .date_number(literal)),
             _ => read!(
                 TimestampMicrosecondType,
-                |text, _shown| value::timestamp(text).map_err(json_error),
-                |literal| Err::<i64, _>(json_error(format!(
-                    "cannot parse {literal} as timestamp: write times as RFC 3339 strings such as \"2024-01-31T12:00:00Z\""
-                )))
+                |text| self.time.timestamp(text),
+                |literal| self.time.timestamp_number(literal)
             ),
         })
     }
@@ -843,34 +939,70 @@ impl ArrayDecoder for Exact {
 
 /// A float column: arrow-json's own decoder, refusing a finite number too large for the
 /// type (which it reads as infinity); `"inf"` and `"-Infinity"` as strings stay infinite.
+/// Only numbers, strings and nulls reach it: anything else is refused here first.
 struct Finite {
     inner: Box<dyn ArrayDecoder>,
+    shared: Arc<Shared>,
     ty: ColumnType,
+}
+
+impl Finite {
+    /// Why the value at `p` is refused, if it is.
+    fn refusal(&mut self, tape: &Tape<'_>, p: u32) -> Option<String> {
+        let shown = match tape.get(p) {
+            TapeElement::Null => return None,
+            TapeElement::Number(s) => tape.get_string(s).to_string(),
+            TapeElement::String(s) => format!("{:?}", tape.get_string(s)),
+            _ => return Some(format!("expected {} got {}", self.ty, show(tape, p))),
+        };
+        let array = match self.inner.decode(tape, &[p]) {
+            Ok(array) => array,
+            Err(_) => return Some(format!("cannot parse {shown} as {}", self.ty)),
+        };
+        let infinite = if let Some(a) = array.as_primitive_opt::<Float64Type>() {
+            a.value(0).is_infinite()
+        } else if let Some(a) = array.as_primitive_opt::<Float32Type>() {
+            a.value(0).is_infinite()
+        } else {
+            false
+        };
+        let spelled = matches!(tape.get(p), TapeElement::String(s) if value::spells_infinity(tape.get_string(s)));
+        (infinite && !spelled).then(|| value::float_overflow(&shown, self.ty))
+    }
 }
 
 impl ArrayDecoder for Finite {
     fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
-        let array = self.inner.decode(tape, pos)?;
-        let infinite: Vec<bool> = if let Some(a) = array.as_primitive_opt::<Float64Type>() {
-            a.iter().map(|v| v.is_some_and(f64::is_infinite)).collect()
-        } else if let Some(a) = array.as_primitive_opt::<Float32Type>() {
-            a.iter().map(|v| v.is_some_and(f32::is_infinite)).collect()
-        } else {
-            return Ok(array);
-        };
-        for (&p, _) in pos.iter().zip(&infinite).filter(|(_, inf)| **inf) {
-            let out_of_range = match tape.get(p) {
-                TapeElement::Number(s) => Some(tape.get_string(s).to_string()),
-                TapeElement::String(s) if !value::spells_infinity(tape.get_string(s)) => {
-                    Some(format!("{:?}", tape.get_string(s)))
-                }
-                _ => None,
+        let plain = pos.iter().all(|&p| {
+            matches!(
+                tape.get(p),
+                TapeElement::Null | TapeElement::Number(_) | TapeElement::String(_)
+            )
+        });
+        if plain && let Ok(array) = self.inner.decode(tape, pos) {
+            let infinite: Vec<bool> = if let Some(a) = array.as_primitive_opt::<Float64Type>() {
+                a.iter().map(|v| v.is_some_and(f64::is_infinite)).collect()
+            } else if let Some(a) = array.as_primitive_opt::<Float32Type>() {
+                a.iter().map(|v| v.is_some_and(f32::is_infinite)).collect()
+            } else {
+                return Ok(array);
             };
-            if let Some(shown) = out_of_range {
-                return Err(json_error(value::float_overflow(&shown, self.ty)));
+            if !infinite.contains(&true) {
+                return Ok(array);
             }
         }
-        Ok(array)
+        // Some value is refused: find which, and decode the others.
+        let mut kept = Vec::with_capacity(pos.len());
+        for &p in pos {
+            match self.refusal(tape, p) {
+                None => kept.push(p),
+                Some(message) => {
+                    self.shared.bad(p, message)?;
+                    kept.push(0); // the tape's leading NULL
+                }
+            }
+        }
+        self.inner.decode(tape, &kept)
     }
 }
 
@@ -909,7 +1041,7 @@ mod tests {
     #[test]
     fn a_line_that_is_not_an_object() {
         let err = parse_error("{\"a\":1}\n[1,2]\n{\"a\":3}\n", &json_spec(AB));
-        assert_eq!(err, "line 2: not a JSON object: expected { got [1, 2]");
+        assert_eq!(err, "line 2: not a JSON object: expected { got [1,2]");
     }
 
     #[test]
@@ -1027,7 +1159,7 @@ mod tests {
             ),
             (
                 r#"{"day":19000}"#,
-                r#"column "day": cannot parse 19000 as date: write dates as strings such as "2024-01-31""#,
+                r#"column "day": cannot parse 19000 as date: write dates as strings such as "2024-01-31", or give the column a format such as epoch_seconds"#,
             ),
             (
                 r#"{"t":"2024-01-02T03:04:05.1234567Z"}"#,
@@ -1035,7 +1167,7 @@ mod tests {
             ),
             (
                 r#"{"t":1700000000}"#,
-                r#"column "t": cannot parse 1700000000 as timestamp: write times as RFC 3339 strings such as "2024-01-31T12:00:00Z""#,
+                r#"column "t": cannot parse 1700000000 as timestamp: write times as RFC 3339 strings such as "2024-01-31T12:00:00Z", or give the column a format such as epoch_seconds"#,
             ),
             (
                 r#"{"f":1e999}"#,

@@ -402,7 +402,7 @@ mod tests {
             (line, column.map(str::to_owned), error.to_owned())
         };
         let expected = vec![
-            row(2, None, "line 2: not a JSON object: expected { got [1, 2]"),
+            row(2, None, "line 2: not a JSON object: expected { got [1,2]"),
             row(
                 3,
                 Some("a"),

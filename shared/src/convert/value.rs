@@ -388,10 +388,17 @@ pub(super) struct TimeReading {
 impl TimeReading {
     /// The reading of the column `name` of `spec` (the default without options).
     pub(super) fn of(spec: &super::ConvertSpec, name: &str) -> Self {
-        spec.options(name).map_or_else(Self::default, |c| Self {
-            format: c.format.clone(),
-            zone: c.timezone.unwrap_or_default(),
+        spec.options(name).map_or_else(Self::default, |c| {
+            Self::from_options(c.format.clone(), c.timezone)
         })
+    }
+
+    /// The reading of a column with these options.
+    pub(super) fn from_options(format: Option<TimeFormat>, zone: Option<Zone>) -> Self {
+        Self {
+            format,
+            zone: zone.unwrap_or_default(),
+        }
     }
 
     /// ISO 8601 text, naive times in UTC: what [`timestamp`] and [`date`] read, and the fast

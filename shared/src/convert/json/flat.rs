@@ -33,8 +33,8 @@ use arrow_cast::parse::Parser;
 use arrow_schema::{DataType, SchemaRef};
 use memchr::memchr2;
 
-use super::super::value;
-use crate::schema::ColumnType;
+use super::super::{Ignored, UnknownFields, value};
+use crate::schema::{ColumnType, FieldPath, FieldType, Step};
 
 /// The line is not for the fast path: its batch goes through arrow-json's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,16 +73,26 @@ pub(super) struct FlatDecoder {
     dirty: bool,
     /// Strings with escapes, decoded.
     scratch: Vec<u8>,
+    /// What an unknown key does: under [`UnknownFields::Ignore`] its value is counted, under
+    /// the others the line is declined (arrow-json's path refuses or rescues it).
+    unknown: UnknownFields,
+    /// The unknown keys of the line being read whose values are not null.
+    line_unknown: Vec<String>,
+    /// The last unknown key read.
+    unknown_key: String,
+    /// Values of unknown keys in the rows read since the last [`Self::finish`] or
+    /// [`Self::clear`].
+    ignored: Ignored,
 }
 
 impl FlatDecoder {
     /// A decoder of rows of `schema`, or `None` when a column has a type this decoder
     /// does not read, or two columns share a name (arrow-json then fills the first).
-    pub(super) fn new(schema: &SchemaRef) -> Option<Self> {
+    pub(super) fn new(schema: &SchemaRef, unknown: UnknownFields) -> Option<Self> {
         let fields = schema.fields();
         let columns = fields
             .iter()
-            .map(|f| Column::new(ColumnType::from_arrow(f.data_type())?, f.data_type()))
+            .map(|f| Column::new(FieldType::from_field(f)?.scalar()?, f.data_type()))
             .collect::<Option<Vec<_>>>()?;
         let names: Vec<String> = fields.iter().map(|f| f.name().clone()).collect();
         let index: HashMap<String, usize> = names
@@ -106,7 +116,16 @@ impl FlatDecoder {
             chunks: vec![Vec::new(); fields.len()],
             dirty: false,
             scratch: Vec::new(),
+            unknown,
+            line_unknown: Vec::new(),
+            unknown_key: String::new(),
+            ignored: Ignored::default(),
         })
+    }
+
+    /// The values of unknown keys counted in the rows of the batch taken last.
+    pub(super) fn take_ignored(&mut self) -> Ignored {
+        std::mem::take(&mut self.ignored)
     }
 
     /// Reads `line` (one line of text, its newline included or not) as one more row, or
@@ -118,6 +137,7 @@ impl FlatDecoder {
     pub(super) fn push(&mut self, line: &str) -> Read<bool> {
         self.dirty = true;
         self.generation += 1;
+        self.line_unknown.clear();
         let mut cur = Cursor::new(line);
         cur.skip_ws();
         cur.expect(b'{')?;
@@ -139,7 +159,17 @@ impl FlatDecoder {
                         next = c + 1;
                         self.value(&mut cur, c)?;
                     }
-                    None => skip_value(&mut cur, &mut self.scratch, 0)?,
+                    None => {
+                        if self.unknown != UnknownFields::Ignore {
+                            return Err(Declined);
+                        }
+                        if cur.peek() != Some(b'n') {
+                            // `key` left the key in `scratch` (or in the line, unescaped).
+                            self.line_unknown
+                                .push(std::mem::take(&mut self.unknown_key));
+                        }
+                        skip_value(&mut cur, &mut self.scratch, 0)?
+                    }
                 }
                 cur.skip_ws();
                 match cur.next() {
@@ -164,6 +194,11 @@ impl FlatDecoder {
         }
         self.rows += 1;
         self.dirty = false;
+        for key in self.line_unknown.drain(..) {
+            // Spelled as a path, as the general path counts it.
+            let path = FieldPath::new(vec![Step::Key(key)]).map(|p| p.to_string());
+            self.ignored.add(path.as_deref().unwrap_or(""), 1);
+        }
         Ok(cur.misread_pair)
     }
 
@@ -213,6 +248,7 @@ impl FlatDecoder {
         if self.dirty || self.rows > 0 {
             self.finish();
         }
+        self.ignored = Ignored::default();
     }
 
     /// The column of the key at `cur` (after its opening quote), `None` for a key not in
@@ -225,10 +261,15 @@ impl FlatDecoder {
             return Ok(Some(next));
         }
         let key = cur.string(&mut self.scratch)?;
-        Ok(match self.names.get(next) {
+        let column = match self.names.get(next) {
             Some(name) if name == key => Some(next),
             _ => self.index.get(key).copied(),
-        })
+        };
+        if column.is_none() {
+            self.unknown_key.clear();
+            self.unknown_key.push_str(key);
+        }
+        Ok(column)
     }
 
     /// Reads the value at `cur` into column `c`.
@@ -858,7 +899,7 @@ mod tests {
             Field::new("name", DataType::Utf8, true),
             Field::new("n", DataType::Int32, true),
         ]);
-        FlatDecoder::new(&Arc::new(schema)).unwrap()
+        FlatDecoder::new(&Arc::new(schema), UnknownFields::Ignore).unwrap()
     }
 
     #[test]
@@ -1005,7 +1046,7 @@ mod tests {
     #[test]
     fn floats_read_in_place_are_the_values_str_parse_reads() {
         let schema = Schema::new(vec![Field::new("x", DataType::Float64, true)]);
-        let mut flat = FlatDecoder::new(&Arc::new(schema)).unwrap();
+        let mut flat = FlatDecoder::new(&Arc::new(schema), UnknownFields::Ignore).unwrap();
         let mut tokens: Vec<String> = [
             "0",
             "-0",
@@ -1072,7 +1113,7 @@ mod tests {
                 Field::new(name, DataType::Int32, true),
                 Field::new("z", DataType::Int32, true),
             ]);
-            let mut flat = FlatDecoder::new(&Arc::new(schema)).unwrap();
+            let mut flat = FlatDecoder::new(&Arc::new(schema), UnknownFields::Ignore).unwrap();
             flat.push(&format!(r#"{{"{name}":1,"z":2}}"#)).unwrap();
             // A key that only starts with the name is another key (unknown, skipped).
             flat.push(&format!(r#"{{"{name}x":1,"z":3}}"#)).unwrap();

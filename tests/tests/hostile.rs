@@ -56,7 +56,20 @@ fn config(b: &Backends, limits: Value) -> Arc<Config> {
         }
         s
     };
-    let doc = json!({"sources": [source("orders", "in/", "csv"), source("orders_json", "json/", "jsonl")]});
+    let mut trail = source("trail", "trail/", "jsonl");
+    trail["schema"] = json!([
+        {"name": "eventName", "type": "string"},
+        {"name": "userIdentity", "type": "struct<type:string,arn:string,sessionContext:struct<attributes:struct<mfaAuthenticated:bool>>>"},
+        {"name": "resources", "type": "array<struct<ARN:string,type:string>>"},
+        {"name": "detail", "type": "json"},
+        {"name": "user_arn", "path": "userIdentity.arn", "type": "string"}
+    ]);
+    trail["sum_columns"] = json!([]);
+    let doc = json!({"sources": [
+        source("orders", "in/", "csv"),
+        source("orders_json", "json/", "jsonl"),
+        trail,
+    ]});
     Arc::new(Config::from_json(&doc.to_string()).expect("valid config"))
 }
 
@@ -154,6 +167,8 @@ async fn good_objects(b: &Backends) -> (Value, Value, BTreeMap<String, Totals>) 
 fn source_of(key: &str) -> &'static str {
     if key.starts_with("json/") {
         "orders_json"
+    } else if key.starts_with("trail/") {
+        "trail"
     } else {
         "orders"
     }
@@ -396,7 +411,7 @@ fn jsonl_with(line: &str) -> String {
 
 async fn json_line_that_is_not_an_object(b: Backends) {
     for (i, (line, shown)) in [
-        ("[1,2]", "[1, 2]"),
+        ("[1,2]", "[1,2]"),
         ("42", "42"),
         ("null", "null"),
         ("\"x\"", "\"x\""),
@@ -515,6 +530,103 @@ async fn json_invalid_utf8(b: Backends) {
         *b"{\"order_id\":2,\"customer\":\"x\xda\",\"\x92\":1}",
     );
     land_and_fail(&b, "json/split.jsonl", &body, "line 2: invalid UTF-8").await;
+}
+
+// ---- nested JSON Lines --------------------------------------------------------------------
+
+/// A CloudTrail-shaped line between two good ones, `record` spliced in.
+fn trail_with(record: &str) -> String {
+    let ok = r#"{"eventName":"GetObject","userIdentity":{"type":"IAMUser","arn":"arn:aws:iam::1:user/a","sessionContext":{"attributes":{"mfaAuthenticated":true}}},"resources":[{"ARN":"arn:aws:s3:::b/k","type":"AWS::S3::Object"}],"detail":{"bytes":1}}"#;
+    format!("{ok}\n{record}\n{ok}\n")
+}
+
+async fn json_nested_wrong_type_deep_inside(b: Backends) {
+    land_and_fail(
+        &b,
+        "trail/maybe.json",
+        trail_with(r#"{"userIdentity":{"sessionContext":{"attributes":{"mfaAuthenticated":"maybe"}}}}"#),
+        r#"line 2: column "userIdentity.sessionContext.attributes.mfaAuthenticated": expected bool got "maybe""#,
+    )
+    .await;
+    land_and_fail(
+        &b,
+        "trail/arn.json",
+        trail_with(r#"{"resources":[{"ARN":"a"},{"ARN":{"nested":[1,2,3]}}]}"#),
+        r#"line 2: column "resources[1].ARN": expected string got {"nested":[1,2,3]}"#,
+    )
+    .await;
+}
+
+async fn json_nested_key_repeated_at_depth(b: Backends) {
+    land_and_fail(
+        &b,
+        "trail/twice.json",
+        trail_with(r#"{"userIdentity":{"type":"a","arn":"x","type":"b"}}"#),
+        r#"line 2: column "userIdentity.type": the key appears twice in the object"#,
+    )
+    .await;
+}
+
+async fn json_nested_100_000_deep(b: Backends) {
+    // In a json column: refused, naming it, with no stack spent on the depth.
+    let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+    land_and_fail(
+        &b,
+        "trail/deep.json",
+        trail_with(&format!(r#"{{"detail":{deep}}}"#)),
+        r#"line 2: column "detail": the value is nested deeper than 1000 levels"#,
+    )
+    .await;
+    // In a struct column: a value of the wrong type, shown cut short.
+    let shown = "[".repeat(80);
+    land_and_fail(
+        &b,
+        "trail/deep-struct.json",
+        trail_with(&format!(r#"{{"userIdentity":{deep}}}"#)),
+        &format!(r#"line 2: column "userIdentity": expected struct<type:string,arn:string,sessionContext:struct<attributes:struct<mfaAuthenticated:bool>>> got {shown}…"#),
+    )
+    .await;
+}
+
+async fn json_nested_array_of_100_mb(b: Backends) {
+    // One line holding an array of 100 MiB, uploaded in parts made as they go up.
+    const PART: usize = 10 << 20;
+    let key = "trail/huge-array.json";
+    let id = b
+        .store
+        .create_multipart(&b.landing, key, &BTreeMap::new())
+        .await
+        .expect("create upload");
+    let mut parts = Vec::new();
+    for n in 1..=10 {
+        let mut part = Vec::with_capacity(PART);
+        if n == 1 {
+            part.extend_from_slice(trail_with("").lines().next().unwrap().as_bytes());
+            part.extend_from_slice(b"\n{\"detail\":[0");
+        }
+        while part.len() < PART {
+            part.extend_from_slice(b",7");
+        }
+        part.truncate(PART);
+        let etag = b
+            .store
+            .upload_part(&b.landing, key, &id, n, Bytes::from(part))
+            .await
+            .expect("upload part");
+        parts.push((n, etag));
+    }
+    b.store
+        .complete_multipart(&b.landing, key, &id, &parts, &WriteCondition::Absent)
+        .await
+        .expect("complete upload");
+    let p = pipeline(&b, config(&b, json!({})));
+    fails_alone(
+        &b,
+        &p,
+        key,
+        "line 2: the line is longer than the limit of 8388608 bytes (max_record_bytes)",
+    )
+    .await;
 }
 
 // ---- compression and limits ---------------------------------------------------------------
@@ -982,7 +1094,7 @@ async fn bad_rows_go_to_the_rejects_file_under_policy_reject(b: Backends) {
     assert_eq!(
         errors,
         [
-            "line 2: not a JSON object: expected { got [\"not\", \"an object\"]",
+            "line 2: not a JSON object: expected { got [\"not\",\"an object\"]",
             "line 3: column \"quantity\": cannot parse 2.5 as int32: it is not a whole number",
         ]
     );
@@ -1170,6 +1282,10 @@ tidemark_tests::on_both!(
     json_decimal_that_would_be_rounded,
     json_key_given_twice,
     json_invalid_utf8,
+    json_nested_wrong_type_deep_inside,
+    json_nested_key_repeated_at_depth,
+    json_nested_100_000_deep,
+    json_nested_array_of_100_mb,
     truncated_gzip,
     gzip_bomb,
     object_larger_than_the_limit,

@@ -778,3 +778,70 @@ macro_rules! on_both {
         }
     };
 }
+
+/// Objects landed, replaced and deleted with the events AWS would send for them (real ETags
+/// and sizes, rising sequencers), each handed to the ingest handler at once.
+pub struct Events<'a> {
+    b: &'a Backends,
+    pipeline: Pipeline,
+    seq: u64,
+}
+
+impl<'a> Events<'a> {
+    /// Events for `b`, processed under `config`.
+    pub fn new(b: &'a Backends, config: &Arc<Config>) -> Self {
+        Self {
+            b,
+            pipeline: b.pipeline_with(config.clone()),
+            seq: 0x10_0000,
+        }
+    }
+
+    /// Lands `body` at `key` and sends its ObjectCreated event.
+    pub async fn put(&mut self, key: &str, body: &str) {
+        self.b.upload(key, body).await;
+        let meta = self
+            .b
+            .store
+            .head(&self.b.landing, key)
+            .await
+            .unwrap()
+            .expect("uploaded");
+        self.seq += 1;
+        let record = json!({"eventVersion": "2.1", "eventSource": "aws:s3",
+            "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
+            "s3": {"bucket": {"name": self.b.landing},
+                   "object": {"key": form_encode(key), "size": meta.size, "eTag": meta.etag,
+                              "sequencer": format!("{:018X}", self.seq)}}});
+        self.send(record).await;
+    }
+
+    /// Deletes `key` and sends its ObjectRemoved event.
+    pub async fn delete(&mut self, key: &str) {
+        self.b
+            .store
+            .delete(&self.b.landing, key, None)
+            .await
+            .unwrap();
+        self.seq += 1;
+        let record = json!({"eventVersion": "2.1", "eventSource": "aws:s3",
+            "eventName": "ObjectRemoved:Delete", "eventTime": "2026-12-01T12:00:00.000Z",
+            "s3": {"bucket": {"name": self.b.landing},
+                   "object": {"key": form_encode(key),
+                              "sequencer": format!("{:018X}", self.seq)}}});
+        self.send(record).await;
+    }
+
+    /// Hands one event record to the ingest handler; it must succeed.
+    pub async fn send(&self, record: Value) {
+        let r = tidemark::ingest::handle(
+            &self.pipeline,
+            &json!({"Records": [record]}),
+            &self.b.ctx("event"),
+            4,
+        )
+        .await
+        .unwrap();
+        assert!(r.errors.is_empty(), "{}: {:?}", self.b.name, r.errors);
+    }
+}

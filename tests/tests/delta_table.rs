@@ -17,9 +17,8 @@ use std::sync::{Arc, Mutex};
 use publish::{Faults, PublishError, Publisher, Step, TableStore};
 use serde_json::{Value, json};
 use tidemark::config::{Config, Source};
-use tidemark::process::Pipeline;
 use tidemark_tests::table_reader::{self, reader_python};
-use tidemark_tests::{Backends, form_encode, orders_csv, orders_doc};
+use tidemark_tests::{Backends, Events, orders_csv, orders_doc};
 
 const ORDERS: &str = "orders";
 const ARCHIVE: &str = "archive";
@@ -80,67 +79,6 @@ fn range(a: i64, b: i64) -> Vec<i64> {
 /// A CSV of `rows` orders with ids from `first`.
 fn csv(first: i64, rows: usize) -> String {
     orders_csv(first, rows).0
-}
-
-struct Events<'a> {
-    b: &'a Backends,
-    pipeline: Pipeline,
-    seq: u64,
-}
-
-impl<'a> Events<'a> {
-    fn new(b: &'a Backends, config: &Arc<Config>) -> Self {
-        Self {
-            b,
-            pipeline: b.pipeline_with(config.clone()),
-            seq: 0x10_0000,
-        }
-    }
-
-    async fn put(&mut self, key: &str, body: &str) {
-        self.b.upload(key, body).await;
-        let meta = self
-            .b
-            .store
-            .head(&self.b.landing, key)
-            .await
-            .unwrap()
-            .expect("uploaded");
-        self.seq += 1;
-        let record = json!({"eventVersion": "2.1", "eventSource": "aws:s3",
-            "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
-            "s3": {"bucket": {"name": self.b.landing},
-                   "object": {"key": form_encode(key), "size": meta.size, "eTag": meta.etag,
-                              "sequencer": format!("{:018X}", self.seq)}}});
-        self.send(record).await;
-    }
-
-    async fn delete(&mut self, key: &str) {
-        self.b
-            .store
-            .delete(&self.b.landing, key, None)
-            .await
-            .unwrap();
-        self.seq += 1;
-        let record = json!({"eventVersion": "2.1", "eventSource": "aws:s3",
-            "eventName": "ObjectRemoved:Delete", "eventTime": "2026-12-01T12:00:00.000Z",
-            "s3": {"bucket": {"name": self.b.landing},
-                   "object": {"key": form_encode(key),
-                              "sequencer": format!("{:018X}", self.seq)}}});
-        self.send(record).await;
-    }
-
-    async fn send(&self, record: Value) {
-        let r = tidemark::ingest::handle(
-            &self.pipeline,
-            &json!({"Records": [record]}),
-            &self.b.ctx("event"),
-            4,
-        )
-        .await
-        .unwrap();
-        assert!(r.errors.is_empty(), "{}: {:?}", self.b.name, r.errors);
-    }
 }
 
 async fn overwrites_and_deletes_end_exact(b: Backends) {

@@ -939,6 +939,12 @@ CREATE INDEX ledger_by_status ON ledger (source_id, status);
         assert!(e.to_string().contains(&newer), "{e}");
     }
 
+    /// The file's schema version.
+    fn user_version(conn: &Connection) -> i32 {
+        conn.pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap()
+    }
+
     /// The `rescued` and `ignored` columns of a row.
     fn kept_aside(conn: &Connection, key: &str) -> (Option<i64>, Option<i64>) {
         conn.query_row(
@@ -1010,10 +1016,7 @@ CREATE INDEX ledger_by_status ON ledger (source_id, status);
             LedgerWrite::Written
         );
         assert_eq!(kept_aside(&conn, "in/old.csv"), (Some(2), Some(5)));
-        let version: i32 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        assert_eq!(user_version(&conn), SCHEMA_VERSION);
     }
 
     #[tokio::test]
@@ -1049,11 +1052,7 @@ CREATE INDEX ledger_by_status ON ledger (source_id, status);
         assert!(ledger.list_jobs(10).await.unwrap().is_empty());
         let conn = Connection::open(&path).unwrap();
         assert_eq!(kept_aside(&conn, "a"), (Some(2), Some(5)));
-        let version: i32 = Connection::open(&path)
-            .unwrap()
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        assert_eq!(user_version(&conn), SCHEMA_VERSION);
     }
 
     #[tokio::test]

@@ -1562,17 +1562,30 @@ def test_alarms_present():
           "reconcile findings", failures)
 
 
-def test_rejected_rows_are_counted_per_stack():
-    # The field reconcile prints (reconcile.rs metric_lines: "RejectedRows") feeds a
-    # stack-scoped metric, shown on the dashboard per source.
+def test_rows_kept_aside_and_ignored_values_are_counted_per_stack():
+    # Each field reconcile prints for what did not land in its column (reconcile.rs
+    # metric_lines: "RejectedRows", "RescuedRows", "IgnoredValues") feeds a stack-scoped
+    # metric, shown on the dashboard per source; like rejected rows, none has an alarm of its
+    # own (a source may expect some).
     reconcile_lg = render(resources()["ReconcileFunction"]["Properties"]["LoggingConfig"]["LogGroup"])
-    fed = [f for f in filters_into("ReconcileRejectedRows").values()
-           if render(f["Properties"]["LogGroupName"]) == reconcile_lg
-           and "$.RejectedRows" in f["Properties"]["FilterPattern"]]
-    failures = [] if fed else ["no metric filter on the reconcile log group for $.RejectedRows"]
-    if "RejectedRows" not in json.dumps(resources("AWS::CloudWatch::Dashboard")):
-        failures.append("the dashboard does not show RejectedRows per source")
-    check("rejected rows counted from the reconcile log group and shown per source", failures)
+    printed = rust_text("shared/src/reconcile.rs")
+    dashboard = json.dumps(resources("AWS::CloudWatch::Dashboard"))
+    failures = []
+    for field in ("RejectedRows", "RescuedRows", "IgnoredValues"):
+        if f'"{field}": s.' not in printed:
+            failures.append(f"reconcile.rs metric_lines does not print {field}")
+        metric = f"Reconcile{field}"
+        fed = [f for f in filters_into(metric).values()
+               if render(f["Properties"]["LogGroupName"]) == reconcile_lg
+               and f"$.{field}" in f["Properties"]["FilterPattern"]]
+        if not fed:
+            failures.append(f"no metric filter on the reconcile log group for $.{field} into {metric}")
+        if field not in dashboard:
+            failures.append(f"the dashboard does not show {field} per source")
+        if any(a["Properties"].get("MetricName") == metric for a in alarms().values()):
+            failures.append(f"{metric} has an alarm, RejectedRows has none")
+    check("rejected and rescued rows and ignored values counted from the reconcile log group and "
+          "shown per source", failures)
 
 
 def test_the_lake_emits_no_events():

@@ -1364,6 +1364,8 @@ mod tests {
             outputs: vec![out("o0"), out("o1")],
             rejected: 0,
             rejects: None,
+            rescued: 0,
+            ignored: Default::default(),
             config_fp: "fp".into(),
             committed_at: 25,
             run_id: "run".into(),

@@ -55,6 +55,10 @@ pub struct Summary {
     pub rows: u64,
     /// Rows set aside as bad (`on_bad_row: reject`), in the objects' rejects files.
     pub rejected: u64,
+    /// Rows written with values in the rescued column.
+    pub rescued: u64,
+    /// Values of fields the schema does not name, dropped (`on_unknown_field: ignore`).
+    pub ignored: u64,
     /// Work items of bulk jobs handled (each also counted above by its outcome).
     pub work_items: usize,
     /// Messages of work items whose counts were added to their job now.
@@ -67,10 +71,18 @@ pub struct Summary {
 impl Summary {
     fn count(&mut self, outcome: &Outcome) {
         match outcome {
-            Outcome::Processed { rows, rejected, .. } => {
+            Outcome::Processed {
+                rows,
+                rejected,
+                rescued,
+                ignored,
+                ..
+            } => {
                 self.processed += 1;
                 self.rows += rows;
                 self.rejected += rejected;
+                self.rescued += rescued;
+                self.ignored += ignored;
             }
             Outcome::Deleted { .. } => self.deleted += 1,
             Outcome::Skipped(Skip::Duplicate) => self.duplicates += 1,

@@ -123,6 +123,12 @@ pub struct Committed {
     /// The rejects file holding them (JSON Lines), when there are any (or a delete kept it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejects: Option<OutputRef>,
+    /// Rows of the version written with something in the rescued column (counted in `rows`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rescued: u64,
+    /// Values of fields the schema does not name, dropped under `on_unknown_field: ignore`.
+    #[serde(default, skip_serializing_if = "IgnoredFields::is_empty")]
+    pub ignored: IgnoredFields,
     /// Fingerprint of the source configuration the version was processed under.
     pub config_fp: String,
     /// When the commit happened (ms since the epoch).
@@ -133,6 +139,85 @@ pub struct Committed {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// Values of fields the schema does not name, dropped under `on_unknown_field: ignore`: how
+/// many, and how many of each field. A field is named by its path, with `[]` for any array
+/// element and `{}` for any map value (`userIdentity.extra`, `resources[].tags`). A commit
+/// names at most [`MAX_IGNORED_PATHS`](crate::convert::MAX_IGNORED_PATHS) fields (the first
+/// its version met); the values of the others count in `values` only.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IgnoredFields {
+    /// Values dropped.
+    pub values: u64,
+    /// Values dropped per field.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fields: BTreeMap<String, u64>,
+}
+
+impl IgnoredFields {
+    /// Nothing was ignored.
+    pub fn is_empty(&self) -> bool {
+        self.values == 0
+    }
+
+    /// Adds the counts of `other`, every field it names included.
+    pub fn add(&mut self, other: &IgnoredFields) {
+        self.values += other.values;
+        for (path, n) in &other.fields {
+            *self.fields.entry(path.clone()).or_default() += n;
+        }
+    }
+
+    /// The `n` fields with the most values, most first (ties by path).
+    pub fn most_frequent(&self, n: usize) -> Vec<(&str, u64)> {
+        let mut fields: Vec<(&str, u64)> =
+            self.fields.iter().map(|(p, c)| (p.as_str(), *c)).collect();
+        fields.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        fields.truncate(n);
+        fields
+    }
+
+    /// These counts naming only the `n` fields with the most values (the values of the
+    /// others still count in `values`).
+    pub fn trimmed(&self, n: usize) -> IgnoredFields {
+        IgnoredFields {
+            values: self.values,
+            fields: self
+                .most_frequent(n)
+                .into_iter()
+                .map(|(p, c)| (p.to_string(), c))
+                .collect(),
+        }
+    }
+
+    /// Values of fields not named in `fields`.
+    pub fn unnamed(&self) -> u64 {
+        self.values.saturating_sub(self.fields.values().sum())
+    }
+
+    /// The `n` fields with the most values, in words: `userIdentity.extra (3), tags (2)`,
+    /// then how many values the other fields held (`, 4 in other fields`).
+    pub fn summary(&self, n: usize) -> String {
+        let shown = self.most_frequent(n);
+        let rest = self
+            .values
+            .saturating_sub(shown.iter().map(|(_, c)| c).sum());
+        let mut parts: Vec<String> = shown.iter().map(|(p, c)| format!("{p} ({c})")).collect();
+        if rest > 0 {
+            parts.push(format!("{rest} in other fields"));
+        }
+        parts.join(", ")
+    }
+}
+
+impl From<&crate::convert::Ignored> for IgnoredFields {
+    fn from(ignored: &crate::convert::Ignored) -> Self {
+        IgnoredFields {
+            values: ignored.values,
+            fields: ignored.fields.clone(),
+        }
+    }
 }
 
 impl Committed {
@@ -351,4 +436,91 @@ pub struct AuditEntry {
     pub affected: u64,
     /// Who ran it: `$USER`, or `unknown`.
     pub operator: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn committed() -> Committed {
+        Committed {
+            target: Target::Version(VersionRef {
+                version: "v1".into(),
+                version_id: None,
+                etag: Some("v1".into()),
+                sequencer: None,
+                size: Some(3),
+            }),
+            rows: 3,
+            sums: BTreeMap::new(),
+            outputs: Vec::new(),
+            rejected: 0,
+            rejects: None,
+            rescued: 0,
+            ignored: IgnoredFields::default(),
+            config_fp: "fp".into(),
+            committed_at: 1,
+            run_id: "run".into(),
+        }
+    }
+
+    #[test]
+    fn a_commit_without_rescued_or_ignored_values_reads_and_writes_as_before() {
+        let old = r#"{"target":{"kind":"version","version":"v1","etag":"v1","size":3},"rows":3,"sums":{},"outputs":[],"config_fp":"fp","committed_at":1,"run_id":"run"}"#;
+        let read: Committed = serde_json::from_str(old).unwrap();
+        assert_eq!(read, committed());
+        assert_eq!(serde_json::to_string(&read).unwrap(), old);
+    }
+
+    #[test]
+    fn rescued_rows_and_ignored_fields_round_trip() {
+        let mut c = committed();
+        c.rescued = 2;
+        c.ignored = IgnoredFields {
+            values: 7,
+            fields: BTreeMap::from([
+                ("userIdentity.extra".into(), 4),
+                ("detail[\"x.y\"]".into(), 1),
+            ]),
+        };
+        let json = serde_json::to_value(&c).unwrap();
+        assert_eq!(json["rescued"], 2);
+        assert_eq!(
+            json["ignored"],
+            serde_json::json!({"values": 7, "fields": {"userIdentity.extra": 4, "detail[\"x.y\"]": 1}})
+        );
+        assert_eq!(serde_json::from_value::<Committed>(json).unwrap(), c);
+    }
+
+    #[test]
+    fn ignored_fields_add_up_and_name_the_most_frequent() {
+        let mut total = IgnoredFields::default();
+        assert_eq!(total.summary(3), "");
+        total.add(&IgnoredFields {
+            values: 5,
+            fields: BTreeMap::from([("a".into(), 1), ("b".into(), 3)]),
+        });
+        total.add(&IgnoredFields {
+            values: 6,
+            fields: BTreeMap::from([("a".into(), 2), ("c".into(), 3)]),
+        });
+        assert_eq!(total.values, 11);
+        assert_eq!(total.most_frequent(2), [("a", 3), ("b", 3)]);
+        assert_eq!(total.unnamed(), 2, "values past the named fields");
+        assert_eq!(total.summary(2), "a (3), b (3), 5 in other fields");
+        assert_eq!(total.summary(5), "a (3), b (3), c (3), 2 in other fields");
+        let top = total.trimmed(1);
+        assert_eq!((top.values, top.fields.len()), (11, 1));
+        assert_eq!(top.unnamed(), 8);
+
+        let mut ignored = crate::convert::Ignored::default();
+        ignored.add("resources[].tags", 2);
+        assert_eq!(
+            IgnoredFields::from(&ignored),
+            IgnoredFields {
+                values: 2,
+                fields: BTreeMap::from([("resources[].tags".into(), 2)]),
+            }
+        );
+    }
 }

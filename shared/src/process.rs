@@ -17,7 +17,9 @@ use crate::config::{Config, Mode, OnBadRow, OnDelete, Source};
 use crate::convert::{ConvertError, ConvertStats, convert};
 use crate::error::{ProcessError, Result, Retry, StoreError};
 use crate::events::{ObjectEvent, ObjectEventKind, Sequencer};
-use crate::model::{Committed, DeleteRef, OutputRef, Record, Status, Target, VersionRef};
+use crate::model::{
+    Committed, DeleteRef, IgnoredFields, OutputRef, Record, Status, Target, VersionRef,
+};
 use crate::ports::{
     Body, Clock, GetOutcome, Ledger, LedgerWrite, ObjectStore, PutOutcome, WriteCondition,
 };
@@ -167,6 +169,10 @@ pub enum Outcome {
         rows: u64,
         /// Rows set aside as bad (`on_bad_row: reject`).
         rejected: u64,
+        /// Rows written with something in the rescued column.
+        rescued: u64,
+        /// Values of fields the schema does not name, dropped (`on_unknown_field: ignore`).
+        ignored: u64,
         /// Its outputs.
         outputs: Vec<OutputRef>,
     },
@@ -480,6 +486,8 @@ impl Pipeline {
                             version: v.version.clone(),
                             rows: committed.rows,
                             rejected: committed.rejected,
+                            rescued: committed.rescued,
+                            ignored: committed.ignored.values,
                             outputs: new_outputs.clone(),
                         },
                         Target::Delete(_) => Outcome::Deleted {
@@ -634,6 +642,8 @@ impl Pipeline {
             outputs: Vec::new(),
             rejected: 0,
             rejects: None,
+            rescued: 0,
+            ignored: IgnoredFields::default(),
             config_fp: source.fingerprint.clone(),
             committed_at: now,
             run_id: ctx.run_id.clone(),
@@ -646,6 +656,8 @@ impl Pipeline {
             version: version.version,
             rows: 0,
             rejected: 0,
+            rescued: 0,
+            ignored: 0,
             outputs: Vec::new(),
         })
     }
@@ -802,6 +814,8 @@ impl Pipeline {
                     outputs: vec![output],
                     rejected: stats.rejects.len() as u64,
                     rejects,
+                    rescued: stats.rescued_rows,
+                    ignored: IgnoredFields::from(&stats.ignored),
                     config_fp: source.fingerprint.clone(),
                     committed_at: self.clock.now_ms(),
                     run_id: ctx.run_id.clone(),
@@ -856,6 +870,8 @@ impl Pipeline {
                     outputs: kept,
                     rejected: 0,
                     rejects: kept_rejects,
+                    rescued: 0,
+                    ignored: IgnoredFields::default(),
                     config_fp: source.fingerprint.clone(),
                     committed_at: self.clock.now_ms(),
                     run_id: ctx.run_id.clone(),
@@ -922,6 +938,7 @@ impl Pipeline {
         let rejects = self
             .write_rejects(source, key, &stats, &metadata, &guard)
             .await?;
+        log_kept_aside(source.id(), key, &stats);
         self.faults.check(Step::AfterOutputPut, key)?;
         Ok(Some(Converted {
             version,
@@ -1265,6 +1282,8 @@ fn skipped(skip: Skip, record: Option<&Record>, ctx: &RunContext) -> Outcome {
             version: v.version.clone(),
             rows: c.rows,
             rejected: c.rejected,
+            rescued: c.rescued,
+            ignored: c.ignored.values,
             outputs: c.outputs.clone(),
         },
         _ => Outcome::Skipped(skip),
@@ -1474,6 +1493,33 @@ impl std::io::Write for PartSink {
     }
 }
 
+/// Fields of the rows of `key` that did not land in their columns, by policy: values kept in
+/// the rescued column (a warning, as for rejected rows) and values of fields the schema does
+/// not name, dropped (counted, with the fields that held the most).
+fn log_kept_aside(source_id: &str, key: &str, stats: &ConvertStats) {
+    if stats.rescued_rows > 0 {
+        warn!(
+            source_id,
+            key,
+            rescued = stats.rescued_rows,
+            "rows with values kept in the rescued column"
+        );
+    }
+    if !stats.ignored.is_empty() {
+        let ignored = IgnoredFields::from(&stats.ignored);
+        info!(
+            source_id,
+            key,
+            ignored = ignored.values,
+            fields = %ignored.summary(IGNORED_FIELDS_LOGGED),
+            "values of fields not in the schema ignored"
+        );
+    }
+}
+
+/// Ignored fields a log line names.
+const IGNORED_FIELDS_LOGGED: usize = 5;
+
 /// The target an event asks for.
 pub fn target_of(event: &ObjectEvent) -> Target {
     match event.kind {
@@ -1511,9 +1557,16 @@ fn log_result(
     };
     match outcome {
         Ok(o) => {
-            let rows = match o {
-                Outcome::Processed { rows, .. } | Outcome::Untracked { rows } => *rows,
-                _ => 0,
+            let (rows, rejected, rescued, ignored) = match *o {
+                Outcome::Processed {
+                    rows,
+                    rejected,
+                    rescued,
+                    ignored,
+                    ..
+                } => (rows, rejected, rescued, ignored),
+                Outcome::Untracked { rows } => (rows, 0, 0, 0),
+                _ => (0, 0, 0, 0),
             };
             info!(
                 source_id,
@@ -1522,6 +1575,9 @@ fn log_result(
                 version,
                 outcome = o.as_str(),
                 rows,
+                rejected,
+                rescued,
+                ignored,
                 duration_ms,
                 "object handled"
             );

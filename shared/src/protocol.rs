@@ -456,6 +456,8 @@ mod tests {
             outputs: vec![],
             rejected: 0,
             rejects: None,
+            rescued: 0,
+            ignored: Default::default(),
             config_fp: "fp".into(),
             committed_at: 0,
             run_id: "r".into(),

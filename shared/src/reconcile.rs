@@ -36,7 +36,9 @@ use tokio_util::io::SyncIoBridge;
 use crate::config::{ReportsDoc, Source};
 use crate::convert::{self, SumValue};
 use crate::error::{ProcessError, Result};
-use crate::model::{BookmarkCounts, Committed, OutputRef, Record, Status, Target, VersionRef};
+use crate::model::{
+    BookmarkCounts, Committed, IgnoredFields, OutputRef, Record, Status, Target, VersionRef,
+};
 use crate::ports::{GetOutcome, KeyRange, ObjectMeta, PutOutcome, WriteCondition};
 use crate::process::{Pipeline, RunContext};
 use crate::schema::ColumnType;
@@ -263,6 +265,16 @@ pub struct SourceReport {
     /// against a recount of the source).
     #[serde(default)]
     pub rejected_rows: u64,
+    /// Rows of the objects checked in this window with values in the rescued column (as
+    /// their commits record them; the deep tier also checks each object's count against a
+    /// recount of the source).
+    #[serde(default)]
+    pub rescued_rows: u64,
+    /// Values of fields not in the schema the objects checked in this window dropped
+    /// (`on_unknown_field: ignore`, as their commits record them), naming at most
+    /// [`IGNORED_FIELDS_LISTED`] fields: those with the most values.
+    #[serde(default)]
+    pub ignored: IgnoredFields,
     /// A source with bookmark keys: its counts since it began (objects, emitted, late and
     /// re-exported rows), from its lock record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -342,6 +354,8 @@ impl SourceReport {
             error: Some(error),
             late_rows: 0,
             rejected_rows: 0,
+            rescued_rows: 0,
+            ignored: IgnoredFields::default(),
             bookmark: None,
             omitted: Omitted::default(),
             fan_out: None,
@@ -798,6 +812,8 @@ pub async fn reconcile_source(
         lag_ms: 0,
         late_rows: 0,
         rejected_rows: 0,
+        rescued_rows: 0,
+        ignored: IgnoredFields::default(),
     };
     let mut complete = true;
     let mut resume_after = None;
@@ -896,6 +912,8 @@ pub async fn reconcile_source(
         error: None,
         late_rows: check.late_rows,
         rejected_rows: check.rejected_rows,
+        rescued_rows: check.rescued_rows,
+        ignored: check.ignored.trimmed(IGNORED_FIELDS_LISTED),
         bookmark,
         omitted: Omitted::default(),
         fan_out: None,
@@ -1025,6 +1043,8 @@ struct Check<'a> {
     lag_ms: i64,
     late_rows: u64,
     rejected_rows: u64,
+    rescued_rows: u64,
+    ignored: IgnoredFields,
 }
 
 impl Check<'_> {
@@ -1130,6 +1150,8 @@ impl Check<'_> {
     ) {
         self.late_rows += classified.map_or(0, |c| c.late);
         self.rejected_rows += committed.rejected;
+        self.rescued_rows += committed.rescued;
+        self.ignored.add(&committed.ignored);
         let ledger_sums = ledger_sums(self.source, committed);
         self.counts.recorded.add(committed.rows, &ledger_sums);
 
@@ -1261,7 +1283,7 @@ impl Check<'_> {
         Ok(())
     }
 
-    /// The ledger's rows, sums and rejected rows against the source recounted.
+    /// The ledger's rows, sums, rejected and rescued rows against the source recounted.
     fn source_vs_ledger(
         &mut self,
         key: &str,
@@ -1310,16 +1332,25 @@ impl Check<'_> {
                 ),
             }
         }
-        let rejected = stats.rejects.len() as u64;
-        if rejected != committed.rejected {
-            self.mismatch(
-                kind,
-                Tier::Deep,
-                key,
+        let rows_kept_aside = [
+            (
                 "rejected rows",
-                rejected.to_string(),
-                committed.rejected.to_string(),
-            );
+                stats.rejects.len() as u64,
+                committed.rejected,
+            ),
+            ("rescued rows", stats.rescued_rows, committed.rescued),
+        ];
+        for (measure, recounted, recorded) in rows_kept_aside {
+            if recounted != recorded {
+                self.mismatch(
+                    kind,
+                    Tier::Deep,
+                    key,
+                    measure,
+                    recounted.to_string(),
+                    recorded.to_string(),
+                );
+            }
         }
     }
 
@@ -1458,6 +1489,32 @@ pub async fn save_state(
     Ok(matches!(outcome, PutOutcome::Written { .. }))
 }
 
+/// Fields a report names of those whose values were ignored: the ones with the most values.
+pub const IGNORED_FIELDS_LISTED: usize = 32;
+
+/// The ignored values of a window in HTML: how many, and of which fields.
+fn ignored_html(ignored: &IgnoredFields, esc: impl Fn(&str) -> String) -> String {
+    let mut h = format!(
+        "<p class=\"diff\">ignored: <b>{} values</b> of fields not in the schema, dropped by the objects of this window (<code>on_unknown_field: ignore</code>)</p>",
+        ignored.values
+    );
+    h.push_str("<table><tr><th class=\"k\">ignored field</th><th>values</th></tr>");
+    for (path, n) in ignored.most_frequent(IGNORED_FIELDS_LISTED) {
+        h.push_str(&format!(
+            "<tr><td class=\"k\">{}</td><td>{n}</td></tr>",
+            esc(path)
+        ));
+    }
+    if ignored.unnamed() > 0 {
+        h.push_str(&format!(
+            "<tr><td class=\"k\">(other fields)</td><td>{}</td></tr>",
+            ignored.unnamed()
+        ));
+    }
+    h.push_str("</table>");
+    h
+}
+
 fn rfc3339(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
@@ -1498,8 +1555,8 @@ impl Report {
     }
 
     /// CloudWatch embedded-metric-format lines, one per source and window: missing, stale,
-    /// stuck, orphaned, quarantined, mismatches, repaired, lag, and the objects each tier
-    /// checked.
+    /// stuck, orphaned, quarantined, mismatches, repaired, lag, late, rejected and rescued
+    /// rows, ignored values, and the objects each tier checked.
     pub fn metric_lines(&self) -> Vec<String> {
         self.sources
             .iter()
@@ -1522,6 +1579,8 @@ impl Report {
                                 {"Name": "LagSeconds", "Unit": "Seconds"},
                                 {"Name": "LateRows", "Unit": "Count"},
                                 {"Name": "RejectedRows", "Unit": "Count"},
+                                {"Name": "RescuedRows", "Unit": "Count"},
+                                {"Name": "IgnoredValues", "Unit": "Count"},
                                 {"Name": "Checked", "Unit": "Count"},
                                 {"Name": "DeepChecked", "Unit": "Count"}
                             ]
@@ -1539,6 +1598,8 @@ impl Report {
                     "LagSeconds": s.lag_ms / 1000,
                     "LateRows": s.late_rows,
                     "RejectedRows": s.rejected_rows,
+                    "RescuedRows": s.rescued_rows,
+                    "IgnoredValues": s.ignored.values,
                     "Checked": s.checked.cheap,
                     "DeepChecked": s.checked.deep,
                     "window_from": rfc3339(s.window.from_ms),
@@ -1703,6 +1764,15 @@ impl Report {
                     "<p class=\"diff\">bad rows: <b>{} rows rejected</b> by the objects of this window (in their rejects files under <code>_rejects/</code>)</p>",
                     s.rejected_rows
                 ));
+            }
+            if s.rescued_rows > 0 {
+                h.push_str(&format!(
+                    "<p class=\"diff\">rescued values: <b>{} rows</b> of the objects of this window hold values in the rescued column (counted in their rows)</p>",
+                    s.rescued_rows
+                ));
+            }
+            if !s.ignored.is_empty() {
+                h.push_str(&ignored_html(&s.ignored, esc));
             }
             let t = &s.totals;
             let cols: BTreeSet<&String> = t
@@ -2293,6 +2363,87 @@ mod tests {
             let e = "0cc175b9c0f1b6a831c399e269772661";
             assert!(!sampled(k, e, 0.1) || sampled(k, e, 0.2), "{k}");
         }
+    }
+
+    /// The entry of a checked window of a source `orders`, with nothing found.
+    pub(super) fn checked_entry() -> (Source, SourceReport) {
+        let doc = r#"{"sources":[{"source_id":"orders","bucket":"landing","prefix":"in/",
+            "format":"jsonl","schema":[{"name":"id","type":"int64"}],
+            "output":{"bucket":"lake","prefix":"orders/"}}]}"#;
+        let source = crate::config::Config::from_json(doc).unwrap().sources[0].clone();
+        let window = Window {
+            from_ms: 0,
+            to_ms: DAY_MS,
+        };
+        let mut entry = SourceReport::failed(&source, window, String::new());
+        entry.error = None;
+        entry.complete = true;
+        (source, entry)
+    }
+
+    #[test]
+    fn rescued_rows_and_ignored_values_are_metrics_and_shown_in_the_page() {
+        let (_, mut entry) = checked_entry();
+        let report = |entry: &SourceReport| Report {
+            run_id: "run-1".into(),
+            generated_at: DAY_MS,
+            sources: vec![entry.clone()],
+            jobs: Vec::new(),
+            freshness: Vec::new(),
+        };
+        let metrics = |r: &Report| -> serde_json::Value {
+            serde_json::from_str(&r.metric_lines()[0]).unwrap()
+        };
+        let quiet = report(&entry);
+        let line = metrics(&quiet);
+        assert_eq!(
+            (&line["RescuedRows"], &line["IgnoredValues"]),
+            (&0.into(), &0.into())
+        );
+        let html = quiet.to_html();
+        assert!(!html.contains("rescued values") && !html.contains("ignored field"));
+
+        entry.rescued_rows = 3;
+        entry.ignored = IgnoredFields {
+            values: 9,
+            fields: BTreeMap::from([
+                ("detail[\"<x>\"]".into(), 2),
+                ("userIdentity.extra".into(), 5),
+            ]),
+        };
+        let r = report(&entry);
+        let line = metrics(&r);
+        assert_eq!(
+            (&line["RescuedRows"], &line["IgnoredValues"]),
+            (&3.into(), &9.into())
+        );
+        let names: Vec<&str> = line["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["Name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"RescuedRows") && names.contains(&"IgnoredValues"));
+        let html = r.to_html();
+        assert!(html.contains("rescued values: <b>3 rows</b>"), "{html}");
+        assert!(html.contains("ignored: <b>9 values</b>"), "{html}");
+        // Most values first, paths escaped, and the values of fields not named.
+        let extra = html.find("<td class=\"k\">userIdentity.extra</td><td>5</td>");
+        let detail = html.find("<td class=\"k\">detail[&quot;&lt;x&gt;&quot;]</td><td>2</td>");
+        assert!(extra.unwrap() < detail.unwrap(), "{html}");
+        assert!(
+            html.contains("<td class=\"k\">(other fields)</td><td>2</td>"),
+            "{html}"
+        );
+        // The JSON report carries them, and reads back.
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["sources"][0]["rescued_rows"], 3);
+        assert_eq!(
+            json["sources"][0]["ignored"]["fields"]["userIdentity.extra"],
+            5
+        );
+        let back: Report = serde_json::from_value(json).unwrap();
+        assert_eq!(back.sources[0].ignored, entry.ignored);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tidemark::config::{Config, Mode};
 use tidemark::convert::SumValue;
-use tidemark::model::{DeleteRef, Record, Status, Target};
+use tidemark::model::{DeleteRef, IgnoredFields, Record, Status, Target};
 use tidemark::ports::{Clock, GetOutcome, PutOutcome, SystemClock, TestClock, WriteCondition};
 use tidemark::process::Outcome;
 use tidemark_cli::commands::run::{Plan, RunReport, run};
@@ -1105,6 +1105,120 @@ async fn backfill_is_one_command_on_the_embedded_backends_and_its_job_can_be_wat
             .iter()
             .any(|e| e.command == "backfill" && e.args["job"] == json!(id))
     );
+}
+
+#[tokio::test]
+async fn rescued_rows_and_ignored_fields_show_in_status_explain_and_reconcile() {
+    let env = Env::with(3, json!({"reconcile": {"grace_minutes": 0}})).await;
+    env.upload_orders(0, 2).await;
+    let (code, out) = env.cli(&["run", "--source", "orders"]).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    // The counts a decoder that rescues and ignores gives, recorded as a commit records them.
+    let ledger = &env.backend.pipeline.ledger;
+    let counts = [
+        (
+            3,
+            IgnoredFields {
+                values: 8,
+                fields: BTreeMap::from([("extra".into(), 5), ("meta[\"a.b\"]".into(), 2)]),
+            },
+        ),
+        (
+            1,
+            IgnoredFields {
+                values: 2,
+                fields: BTreeMap::from([("extra".into(), 2)]),
+            },
+        ),
+    ];
+    let records = env.records("orders").await;
+    for (r, (rescued, ignored)) in records.iter().zip(counts) {
+        let mut next = r.clone();
+        next.rev += 1;
+        let c = next.committed.as_mut().unwrap();
+        (c.rescued, c.ignored) = (rescued, ignored);
+        ledger.replace(&next, r.rev).await.unwrap();
+    }
+    let first = &records[0].key;
+
+    let (_, out) = env.cli(&["status", "--source", "orders"]).await;
+    assert!(
+        out.contains("orders: 4 rows with rescued values in 2 objects (counted in ROWS)\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "orders: 10 values ignored in 2 objects (fields not in the schema, in no column): \
+             extra (7), meta[\"a.b\"] (2), 1 in other fields\n"
+        ),
+        "{out}"
+    );
+    let (_, out) = env.cli(&["status", "--source", "orders", "--json"]).await;
+    let json: Value = serde_json::from_str(&out).unwrap();
+    let s = &json["sources"][0];
+    assert_eq!(
+        (&s["rescued_rows"], &s["objects_with_rescued"]),
+        (&json!(4), &json!(2))
+    );
+    assert_eq!(
+        s["ignored"],
+        json!({"values": 10, "fields": {"extra": 7, "meta[\"a.b\"]": 2}}),
+        "{s}"
+    );
+
+    let (_, out) = env.cli(&["explain", "orders", first]).await;
+    assert!(
+        out.contains(
+            "  rescued:  3 rows (with values in the rescued column)\n  \
+             ignored:  8 values of fields not in the schema (in no column):\n    \
+             extra: 5\n    meta[\"a.b\"]: 2\n    (other fields): 1\n"
+        ),
+        "{out}"
+    );
+    let (_, out) = env.cli(&["explain", "orders", first, "--json"]).await;
+    let json: Value = serde_json::from_str(&out).unwrap();
+    let c = &json["record"]["committed"];
+    assert_eq!(
+        (&c["rescued"], &c["ignored"]["values"]),
+        (&json!(3), &json!(8))
+    );
+
+    // Reconcile counts them per window; its deep tier recounts the sources, which hold no
+    // rescued rows: each object's count disagrees with the ledger's.
+    let window = [
+        "reconcile",
+        "--from",
+        "2000-01-01",
+        "--to",
+        "2100-01-01",
+        "--no-repair",
+    ];
+    let deep: Vec<&str> = window.iter().copied().chain(["--deep"]).collect();
+    let (code, out) = env.cli(&deep).await;
+    assert_eq!(code, ExitCode::from(1), "{out}");
+    assert!(
+        out.contains(
+            "orders: 4 rows with rescued values; 10 values of fields not in the schema ignored: \
+             extra (7), meta[\"a.b\"] (2), 1 in other fields\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "LedgerVsSource [deep] {first} rescued rows: expected 0, found 3\n"
+        )),
+        "{out}"
+    );
+    let mut json_args = vec!["--json"];
+    json_args.extend(&window);
+    let (_, out) = env.cli(&json_args).await;
+    let json: Value = serde_json::from_str(&out).unwrap();
+    let entry = &json["report"]["sources"][0];
+    assert_eq!(
+        (&entry["rescued_rows"], &entry["ignored"]["values"]),
+        (&json!(4), &json!(10))
+    );
+    assert_eq!(entry["ignored"]["fields"]["extra"], 7, "{entry:#}");
 }
 
 #[tokio::test]

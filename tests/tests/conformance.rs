@@ -19,7 +19,8 @@ use tidemark::config::Mode;
 use tidemark::jobs::{Job, JobCounts, JobKind, PendingPage, Plan};
 use tidemark::local::{FolderStore, SqliteLedger};
 use tidemark::model::{
-    AuditEntry, Claim, Committed, DeleteRef, OutputRef, Record, Status, Target, VersionRef,
+    AuditEntry, Claim, Committed, DeleteRef, IgnoredFields, OutputRef, Record, Status, Target,
+    VersionRef,
 };
 use tidemark::ports::{
     ByteRange, GetOutcome, JobWrite, KeyRange, Ledger, LedgerWrite, ObjectMeta, ObjectStore,
@@ -221,6 +222,19 @@ fn full(key: &str, rev: u64) -> Record {
             ],
             rejected: 0,
             rejects: None,
+            rescued: 9_007_199_254_740_993,
+            ignored: IgnoredFields {
+                values: 9_007_199_254_741_000,
+                fields: BTreeMap::from([
+                    (
+                        "userIdentity.sessionContext.extra".into(),
+                        9_007_199_254_740_993,
+                    ),
+                    ("resources[].tags{}".into(), 4),
+                    ("detail[\"x.y\"]".into(), 2),
+                    ("détail 😊".into(), 1),
+                ]),
+            },
             config_fp: "fp-7f3a".into(),
             committed_at: 1_700_000_001_000,
             run_id: "run-1".into(),
@@ -368,6 +382,8 @@ async fn ledger_replace_round_trips_every_field(b: Backends) {
     });
     committed.sums.clear();
     committed.outputs.clear();
+    committed.rescued = 0;
+    committed.ignored = IgnoredFields::default();
     assert_eq!(
         b.ledger.replace(&done, 2).await.unwrap(),
         LedgerWrite::Written

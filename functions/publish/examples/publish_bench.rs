@@ -202,6 +202,8 @@ async fn prepare(
         }],
         rejected: 0,
         rejects: None,
+        rescued: stats.rescued_rows,
+        ignored: (&stats.ignored).into(),
         config_fp: source.fingerprint.clone(),
         committed_at: now,
         run_id: "publish-bench".into(),

@@ -18,7 +18,7 @@
 //!   the audit entries every state-changing command writes; [`commands::invoke`]: `invoke`;
 //!   [`commands::outputs`]: `outputs`; [`commands::repair`]: `reconcile`;
 //!   [`commands::backfill`]: `backfill` and `backfill status`; [`commands::convert`]:
-//!   `convert`, a local file under a source's contract (no backend);
+//!   `convert` (alias `check`), a local file under a source's contract (no backend);
 //! - [`demo`]: `demo`, the zero-setup tour.
 //!
 //! Exit codes: 0 success; 1 the command ran and found a problem (an object failed, a record
@@ -227,7 +227,11 @@ pub enum Command {
     /// path. `backfill status [JOB]` shows the jobs.
     Backfill(commands::backfill::BackfillArgs),
     /// Convert a local file under a source's contract, as ingest would convert an object, and
-    /// print rows, exact sums, row groups, bytes, output size, time and rejected rows.
+    /// print the output's columns with their types (`struct<…>`, `array<…>`, as the schema
+    /// spells them), rows, exact sums, row groups, bytes, output size, time, and the rows and
+    /// fields that did not land in their columns: rejected rows, rescued rows, and the fields
+    /// not in the schema whose values were ignored, with their counts. `check` is the same
+    /// command: without OUT, it checks a file against the contract and writes nothing.
     ///
     /// Format and compression are decided for a key as ingest decides them (--key, default:
     /// the source's prefix followed by IN's file name); a key the source's include / exclude
@@ -236,6 +240,7 @@ pub enum Command {
     /// row filter, but from no mark (the mark is in the ledger, which convert does not read):
     /// only keys repeated within the file are skipped. No backend is opened. Exits 1 when the
     /// file does not convert (the error names the file, line and column).
+    #[command(visible_alias = "check")]
     Convert(commands::convert::ConvertArgs),
     /// The zero-setup tour on the embedded backends: generate data, run, overwrite, delete,
     /// and check rows and sums of source, lake and ledger.

@@ -71,6 +71,19 @@ impl Table {
     }
 }
 
+/// The fields of `ignored`, one a line after `indent`, the most values first:
+/// `userIdentity.extra: 4`, then `(other fields): N` for values of fields not named.
+pub fn ignored_fields(ignored: &tidemark::model::IgnoredFields, indent: &str) -> String {
+    let mut out = String::new();
+    for (path, n) in ignored.most_frequent(ignored.fields.len()) {
+        let _ = writeln!(out, "{indent}{path}: {n}");
+    }
+    if ignored.unnamed() > 0 {
+        let _ = writeln!(out, "{indent}(other fields): {}", ignored.unnamed());
+    }
+    out
+}
+
 /// A time (ms since the epoch) as RFC 3339 in UTC, to the second.
 pub fn when(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)

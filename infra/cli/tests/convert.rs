@@ -8,7 +8,8 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 use tidemark::config::Config;
-use tidemark_cli::commands::convert::{ConvertArgs, Shown, convert_file};
+use tidemark::model::IgnoredFields;
+use tidemark_cli::commands::convert::{ConvertArgs, Shown, convert_file, render};
 
 /// Orders as the demo writes them: 3 good rows, quantity 2 + 5 + 1 = 8, amount 10.00 + 0.05 +
 /// 1234.56 = 1244.61 (a NULL quantity and amount on the last one would not count).
@@ -43,6 +44,11 @@ impl Dir {
             let id = source["source_id"].as_str().unwrap().to_string();
             change(&id, source);
         }
+        Self::with(&doc)
+    }
+
+    /// The sources document `doc`.
+    fn with(doc: &Value) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         std::fs::write(dir.path().join("sources.json"), doc.to_string()).unwrap();
         Self { dir }
@@ -81,6 +87,22 @@ impl Dir {
             .await
             .expect("command runs");
         (code, String::from_utf8(out).unwrap())
+    }
+
+    /// `convert --json` of `input` under `source` into `<name>.parquet` in the folder: (exit
+    /// code, the report, the output's path).
+    async fn convert_into(
+        &self,
+        source: &str,
+        input: &str,
+        name: &str,
+    ) -> (ExitCode, Value, PathBuf) {
+        let out = self.path(&format!("{name}.parquet"));
+        let out_arg = out.display().to_string();
+        let (code, r) = self
+            .json(&["convert", "--source", source, input, &out_arg])
+            .await;
+        (code, r, out)
     }
 
     /// [`Dir::cli`] with `--json`: (exit code, the report).
@@ -176,13 +198,9 @@ async fn a_csv_and_a_gzip_json_lines_file_give_exact_rows_and_sums() {
 async fn the_output_is_written_and_reads_back_with_the_same_rows_and_sums() {
     let dir = Dir::demo();
     let csv = dir.write("orders-0001.csv", ORDERS.as_bytes());
-    let out = dir.path("orders.parquet");
-    let out_arg = out.display().to_string();
-    let (code, r) = dir
-        .json(&["convert", "--source", "orders", &csv, &out_arg])
-        .await;
+    let (code, r, out) = dir.convert_into("orders", &csv, "orders").await;
     assert_eq!(code, ExitCode::SUCCESS, "{r}");
-    assert_eq!(r["output"], json!(out_arg));
+    assert_eq!(r["output"], json!(out.display().to_string()));
     let size = std::fs::metadata(&out).unwrap().len();
     assert_eq!(r["output_bytes"], size);
     assert_eq!(
@@ -400,4 +418,155 @@ async fn an_unknown_source_or_a_missing_file_cannot_run() {
     let missing = dir.path("missing.csv").display().to_string();
     let e = convert_file(&dir.config(), &args("orders", &missing)).unwrap_err();
     assert!(e.to_string().starts_with(&format!("{missing}: ")), "{e}");
+}
+
+#[tokio::test]
+async fn the_columns_are_listed_with_their_types_as_the_schema_spells_them() {
+    let dir = Dir::with(&json!({"sources": [{
+        "source_id": "trail", "bucket": "landing", "prefix": "in/", "format": "jsonl",
+        "schema": [
+            {"name": "eventTime", "type": "timestamp", "nullable": false},
+            {"name": "userIdentity",
+             "type": "struct<type:string,sessionContext:struct<attributes:struct<mfaAuthenticated:bool>>>"},
+            {"name": "arn", "path": "resources[0].ARN", "type": "string"},
+            {"name": "resources", "type": "array<struct<ARN:string,accountId:string>>"},
+            {"name": "tags", "type": "map<string,int64>"},
+            {"name": "requestParameters", "type": "json"}
+        ],
+        "on_unknown_field": "rescue",
+        "metadata_columns": {"_source_key": "key", "_row": "row_number"},
+        "output": {"bucket": "lake", "prefix": "trail/"}
+    }]}));
+    let file = dir.write(
+        "a.jsonl",
+        br#"{"eventTime": "2026-11-29T10:00:00Z", "userIdentity": {"type": "IAMUser"}}
+"#,
+    );
+    // The contract is shown whether or not the sample converts.
+    let (_, text) = dir.cli(&["check", "--source", "trail", &file]).await;
+    let columns: Vec<&str> = text.lines().filter(|l| l.starts_with("column:")).collect();
+    assert_eq!(
+        columns,
+        [
+            "column:     eventTime timestamp not null",
+            "column:     userIdentity struct<type:string,sessionContext:struct<attributes:struct<mfaAuthenticated:bool>>>",
+            "column:     arn string (from resources[0].ARN)",
+            "column:     resources array<struct<ARN:string,accountId:string>>",
+            "column:     tags map<string,int64>",
+            "column:     requestParameters json",
+            "column:     _rescued_data json (rescued values)",
+            "column:     _row int64 not null (lineage: row_number)",
+            "column:     _source_key string not null (lineage: key)",
+        ],
+        "{text}"
+    );
+    let (_, r) = dir.json(&["convert", "--source", "trail", &file]).await;
+    assert_eq!(
+        (
+            &r["on_unknown_field"],
+            &r["on_bad_value"],
+            &r["rescued_column"]
+        ),
+        (&json!("rescue"), &json!("fail"), &json!("_rescued_data"))
+    );
+    assert_eq!(r["columns"].as_array().unwrap().len(), 9, "{r}");
+    assert_eq!(
+        r["columns"][1],
+        json!({"name": "userIdentity", "nullable": true,
+               "type": "struct<type:string,sessionContext:struct<attributes:struct<mfaAuthenticated:bool>>>"})
+    );
+    assert_eq!(
+        r["columns"][2],
+        json!({"name": "arn", "type": "string", "nullable": true, "path": "resources[0].ARN"})
+    );
+    assert_eq!(
+        r["columns"][6],
+        json!({"name": "_rescued_data", "type": "json", "nullable": true, "filled_with": "rescued values"})
+    );
+}
+
+#[tokio::test]
+async fn rescued_rows_and_ignored_fields_are_shown_with_their_counts() {
+    let dir = Dir::demo();
+    let csv = dir.write("orders-0001.csv", ORDERS.as_bytes());
+    let mut report = convert_file(&dir.config(), &args("orders", &csv)).expect("runs");
+    // Nothing rescued or ignored: the lines say so.
+    let text = render(&report);
+    assert!(
+        text.contains("rejected:      0\nrescued:       0\nignored:       0\n"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(
+        (&json["rescued"], &json["ignored"]),
+        (&json!(0), &json!({"values": 0}))
+    );
+
+    // Counts as a decoder that rescues and ignores reports them.
+    report.rescued_column = Some("_rescued_data".into());
+    let converted = report.result.as_mut().unwrap();
+    converted.rescued = 2;
+    converted.ignored = IgnoredFields {
+        values: 9,
+        fields: [("tags".to_string(), 3), ("userIdentity.extra".into(), 4)].into(),
+    };
+    let text = render(&report);
+    assert!(
+        text.ends_with(
+            "rejected:      0\n\
+             rescued:       2 rows (with values in column _rescued_data)\n\
+             ignored:       9 values of fields not in the schema (on_unknown_field: ignore)\n\
+             \x20 userIdentity.extra: 4\n\
+             \x20 tags: 3\n\
+             \x20 (other fields): 2\n"
+        ),
+        "{text}"
+    );
+    let json = serde_json::to_value(&report).unwrap();
+    assert_eq!(json["rescued"], 2);
+    assert_eq!(
+        json["ignored"],
+        json!({"values": 9, "fields": {"tags": 3, "userIdentity.extra": 4}})
+    );
+}
+
+#[tokio::test]
+async fn lineage_columns_describe_the_file_as_the_object_its_key_names() {
+    let dir = Dir::new(|id, s| {
+        if id == "orders" {
+            s["metadata_columns"] =
+                json!({"_source_key": "key", "_etag": "etag", "_row": "row_number"});
+        }
+    });
+    let csv = dir.write("orders-0001.csv", ORDERS.as_bytes());
+    let (code, r, out) = dir.convert_into("orders", &csv, "orders").await;
+    assert_eq!(code, ExitCode::SUCCESS, "{r}");
+    assert_eq!(r["rows"], 3);
+
+    use arrow_array::cast::AsArray;
+    let file = std::fs::File::open(&out).unwrap();
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+        .unwrap()
+        .build()
+        .unwrap();
+    let batch = reader.into_iter().next().unwrap().unwrap();
+    let strings = |name: &str| -> Vec<String> {
+        batch
+            .column_by_name(name)
+            .unwrap()
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.unwrap().to_string())
+            .collect()
+    };
+    use md5::Digest;
+    let md5: String = md5::Md5::digest(ORDERS.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(strings("_etag"), [md5.as_str(); 3]);
+    assert_eq!(strings("_source_key"), ["orders/orders-0001.csv"; 3]);
+    let rows = batch.column_by_name("_row").unwrap();
+    let rows = rows.as_primitive::<arrow_array::types::Int64Type>();
+    assert_eq!(rows.values().to_vec(), [1, 2, 3]);
 }

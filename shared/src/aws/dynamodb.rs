@@ -12,7 +12,7 @@
 //! | `source_id`, `key` | S | the source and the decoded S3 key |
 //! | `status`       | S    | claimed / done / deleted / pending / failed / quarantined / released |
 //! | `rev`          | N    | revision; every write is conditional on it (`attribute_not_exists(pk)` to create) |
-//! | `committed`    | M    | the committed version (`target`), `rows`, `sums` (exact decimal strings), `outputs` (bucket, key, etag), `rejected` and `rejects` (bad rows set aside and their file, when any), `config_fp`, `committed_at`, `run_id` |
+//! | `committed`    | M    | the committed version (`target`), `rows`, `sums` (exact decimal strings), `outputs` (bucket, key, etag), `rejected` and `rejects` (bad rows set aside and their file, when any), `rescued` (rows with values in the rescued column, when any), `ignored` (`values` of fields not in the schema dropped, and `fields`: a map of field path → values, when any), `config_fp`, `committed_at`, `run_id` |
 //! | `claim`        | M    | `token`, `target`, `lease_until` (ms), `claimed_at`, `run_id` |
 //! | `pending`      | M    | newest known target not yet committed ("superseded by", or the failing version) |
 //! | `attempts`     | N    | failed attempts of the pending / claimed target |
@@ -1101,7 +1101,78 @@ fn text(item: &HashMap<String, AttributeValue>, name: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_successor;
+    use super::*;
+    use crate::model::{Committed, IgnoredFields, Status, Target, VersionRef};
+
+    fn done(rescued: u64, ignored: IgnoredFields) -> Record {
+        Record {
+            source_id: "trail".into(),
+            key: "in/a.json".into(),
+            status: Status::Done,
+            rev: 2,
+            committed: Some(Committed {
+                target: Target::Version(VersionRef {
+                    version: "e1".into(),
+                    version_id: None,
+                    etag: Some("e1".into()),
+                    sequencer: None,
+                    size: None,
+                }),
+                rows: 3,
+                sums: Default::default(),
+                outputs: Vec::new(),
+                rejected: 0,
+                rejects: None,
+                rescued,
+                ignored,
+                config_fp: "fp".into(),
+                committed_at: 1,
+                run_id: "run".into(),
+            }),
+            claim: None,
+            pending: None,
+            attempts: 0,
+            last_error: None,
+            note: None,
+            updated_at: 1,
+            bookmark: None,
+        }
+    }
+
+    #[test]
+    fn rescued_rows_and_ignored_fields_are_numbers_and_a_map_of_the_committed_map() {
+        let ignored = IgnoredFields {
+            values: 4,
+            fields: [
+                ("resources[].tags".to_string(), 3),
+                ("a[\"x.y\"]".into(), 1),
+            ]
+            .into(),
+        };
+        let record = done(2, ignored);
+        let item: HashMap<String, AttributeValue> = serde_dynamo::to_item(&record).unwrap();
+        let committed = item["committed"].as_m().unwrap();
+        assert_eq!(committed["rescued"], AttributeValue::N("2".into()));
+        let ignored = committed["ignored"].as_m().unwrap();
+        assert_eq!(ignored["values"], AttributeValue::N("4".into()));
+        let fields = ignored["fields"].as_m().unwrap();
+        assert_eq!(fields["resources[].tags"], AttributeValue::N("3".into()));
+        assert_eq!(fields["a[\"x.y\"]"], AttributeValue::N("1".into()));
+        assert_eq!(
+            DynamoLedger::from_item("trail", "in/a.json", item).unwrap(),
+            record
+        );
+
+        // Nothing rescued or ignored: neither attribute, as in items written before them.
+        let clean = done(0, IgnoredFields::default());
+        let item: HashMap<String, AttributeValue> = serde_dynamo::to_item(&clean).unwrap();
+        let committed = item["committed"].as_m().unwrap();
+        assert!(!committed.contains_key("rescued") && !committed.contains_key("ignored"));
+        assert_eq!(
+            DynamoLedger::from_item("trail", "in/a.json", item).unwrap(),
+            clean
+        );
+    }
 
     #[test]
     fn the_prefix_successor_bounds_every_key_under_the_prefix() {

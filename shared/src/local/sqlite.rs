@@ -10,6 +10,8 @@
 //! | `rev` | INTEGER | revision; every write is conditional on it |
 //! | `version` | TEXT | the committed version's identity (NULL when nothing, or a delete, is committed) |
 //! | `rows` | INTEGER | rows of the committed version |
+//! | `rescued` | INTEGER | of those, rows with values in the rescued column |
+//! | `ignored` | INTEGER | values of fields not in the schema the committed version dropped (`on_unknown_field: ignore`; which fields: `record`'s `committed.ignored.fields`) |
 //! | `lease_until` | INTEGER | lease expiry of the claim, ms since the epoch |
 //! | `attempts` | INTEGER | failed attempts of the pending / claimed target |
 //! | `last_error` | TEXT | the last error |
@@ -18,7 +20,8 @@
 //!
 //! `record` is the source of truth; the other columns are derived from it on every write, so
 //! a person can query the ledger with `sqlite3`:
-//! `sqlite3 ledger.db "SELECT source_id, status, count(*) FROM ledger GROUP BY 1,2"`.
+//! `sqlite3 ledger.db "SELECT source_id, status, count(*) FROM ledger GROUP BY 1,2"`, or
+//! `sqlite3 ledger.db "SELECT source_id, sum(rows), sum(rescued), sum(ignored) FROM ledger GROUP BY 1"`.
 //!
 //! # Table `audit`
 //! The operator's audit log, one row per entry ([`AuditEntry`]): `id` (INTEGER, insertion
@@ -36,7 +39,9 @@
 //! (`job_id`, `message`, `at`), so a message delivered twice is counted once.
 //!
 //! The schema version is `PRAGMA user_version` (1: `ledger` only; 2: with `audit` and
-//! `sources`; 3: with the job tables; older files gain the newer tables in place).
+//! `sources`; 3: with the job tables; 4: with `ledger`'s `rescued` and `ignored` columns).
+//! Older files gain the newer tables and columns in place, the new columns filled from
+//! `record`.
 //!
 //! Each write runs in a `BEGIN IMMEDIATE` transaction, which holds the database's write lock
 //! from its start: the condition (no row, or the expected `rev`) is checked, and on a lost
@@ -58,7 +63,7 @@ use crate::model::{AuditEntry, Record, Target};
 use crate::ports::{JobStore, JobWrite, KeyRange, Ledger, LedgerWrite};
 
 /// The schema this code reads and writes (`PRAGMA user_version`).
-const SCHEMA_VERSION: i32 = 3;
+const SCHEMA_VERSION: i32 = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ledger (
@@ -68,6 +73,8 @@ CREATE TABLE IF NOT EXISTS ledger (
     rev         INTEGER NOT NULL,
     version     TEXT,
     rows        INTEGER,
+    rescued     INTEGER,
+    ignored     INTEGER,
     lease_until INTEGER,
     attempts    INTEGER NOT NULL,
     last_error  TEXT,
@@ -111,16 +118,28 @@ CREATE TABLE IF NOT EXISTS job_messages (
 );
 ";
 
+/// Version 4: a file of versions 1 to 3 gains `ledger`'s `rescued` and `ignored` columns,
+/// filled from the records (0 for a commit from before they were counted).
+const ADD_KEPT_ASIDE: &str = "
+ALTER TABLE ledger ADD COLUMN rescued INTEGER;
+ALTER TABLE ledger ADD COLUMN ignored INTEGER;
+UPDATE ledger SET
+    rescued = coalesce(json_extract(record, '$.committed.rescued'), 0),
+    ignored = coalesce(json_extract(record, '$.committed.ignored.values'), 0)
+    WHERE json_extract(record, '$.committed') IS NOT NULL;
+";
+
 const SELECT: &str = "SELECT record FROM ledger WHERE source_id = ?1 AND key = ?2";
 
 const INSERT: &str = "INSERT INTO ledger
-    (source_id, key, status, rev, version, rows, lease_until, attempts, last_error, updated_at, record)
-    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+    (source_id, key, status, rev, version, rows, lease_until, attempts, last_error, updated_at,
+     record, rescued, ignored)
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 
 const UPDATE: &str = "UPDATE ledger SET
     status = ?3, rev = ?4, version = ?5, rows = ?6, lease_until = ?7, attempts = ?8,
-    last_error = ?9, updated_at = ?10, record = ?11
-    WHERE source_id = ?1 AND key = ?2 AND rev = ?12";
+    last_error = ?9, updated_at = ?10, record = ?11, rescued = ?12, ignored = ?13
+    WHERE source_id = ?1 AND key = ?2 AND rev = ?14";
 
 /// How long a call waits for another connection's write lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -184,7 +203,7 @@ fn select(conn: &Connection, source_id: &str, key: &str) -> Result<Option<Record
     .transpose()
 }
 
-/// Write `record`'s row with `sql` (`INSERT`, or `UPDATE` with `expected_rev` as `?12`);
+/// Write `record`'s row with `sql` (`INSERT`, or `UPDATE` with `expected_rev` as `?14`);
 /// returns the rows changed.
 fn write(
     conn: &Connection,
@@ -218,6 +237,8 @@ fn write(
         record.last_error,
         record.updated_at,
         json,
+        committed.map(|c| int(c.rescued)),
+        committed.map(|c| int(c.ignored.values)),
     ];
     Ok(match expected_rev {
         None => stmt.execute(columns)?,
@@ -255,8 +276,12 @@ impl SqliteLedger {
             .map_err(sql)?;
         match version {
             // Every statement of the schema is `IF NOT EXISTS`: an older file gains the
-            // newer tables in place.
+            // newer tables in place, and its `ledger` table (there since version 1) the
+            // newer columns.
             0..SCHEMA_VERSION => {
+                if version >= 1 {
+                    tx.execute_batch(ADD_KEPT_ASIDE).map_err(sql)?;
+                }
                 tx.execute_batch(SCHEMA).map_err(sql)?;
                 tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                     .map_err(sql)?;
@@ -759,7 +784,26 @@ impl Ledger for SqliteLedger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Committed, Status, VersionRef};
+    use crate::model::{Committed, IgnoredFields, Status, VersionRef};
+
+    /// The `ledger` table as versions 1 to 3 made it.
+    const LEDGER_V3: &str = "
+CREATE TABLE ledger (
+    source_id   TEXT    NOT NULL,
+    key         TEXT    NOT NULL,
+    status      TEXT    NOT NULL,
+    rev         INTEGER NOT NULL,
+    version     TEXT,
+    rows        INTEGER,
+    lease_until INTEGER,
+    attempts    INTEGER NOT NULL,
+    last_error  TEXT,
+    updated_at  INTEGER NOT NULL,
+    record      TEXT    NOT NULL,
+    PRIMARY KEY (source_id, key)
+);
+CREATE INDEX ledger_by_status ON ledger (source_id, status);
+";
 
     fn record(key: &str) -> Record {
         Record {
@@ -780,6 +824,11 @@ mod tests {
                 outputs: vec![],
                 rejected: 0,
                 rejects: None,
+                rescued: 2,
+                ignored: IgnoredFields {
+                    values: 5,
+                    fields: [("detail.extra".to_string(), 5)].into(),
+                },
                 config_fp: "fp".into(),
                 committed_at: 5,
                 run_id: "run".into(),
@@ -836,6 +885,7 @@ mod tests {
                 7
             )
         );
+        assert_eq!(kept_aside(&conn, "in/a.csv"), (Some(2), Some(5)));
         let counts: Vec<(String, String, i64)> = conn
             .prepare("SELECT source_id, status, count(*) FROM ledger GROUP BY 1,2")
             .unwrap()
@@ -889,19 +939,93 @@ mod tests {
         assert!(e.to_string().contains(&newer), "{e}");
     }
 
+    /// The file's schema version.
+    fn user_version(conn: &Connection) -> i32 {
+        conn.pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap()
+    }
+
+    /// The `rescued` and `ignored` columns of a row.
+    fn kept_aside(conn: &Connection, key: &str) -> (Option<i64>, Option<i64>) {
+        conn.query_row(
+            "SELECT rescued, ignored FROM ledger WHERE source_id = 'orders' AND key = ?1",
+            [key],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_version_3_file_gains_the_rescued_and_ignored_columns_from_its_records() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("ledger.db");
+        let older = |key: &str, committed: bool| {
+            let mut r = record(key);
+            if !committed {
+                r.committed = None;
+            }
+            let mut json = serde_json::to_value(&r).unwrap();
+            if committed {
+                // As a commit from before the counts wrote it.
+                let c = json["committed"].as_object_mut().unwrap();
+                c.remove("rescued");
+                c.remove("ignored");
+            }
+            (r, json.to_string())
+        };
+        let (old_commit, old_json) = older("in/old.csv", true);
+        let (claimed, claimed_json) = older("in/claimed.csv", false);
+        let (counted, counted_json) = older("in/counted.csv", true);
+        let counted_json = {
+            let mut json: serde_json::Value = serde_json::from_str(&counted_json).unwrap();
+            json["committed"]["rescued"] = 2.into();
+            json["committed"]["ignored"] = serde_json::json!({"values": 5});
+            json.to_string()
+        };
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(LEDGER_V3).unwrap();
+            for (r, json) in [
+                (&old_commit, &old_json),
+                (&claimed, &claimed_json),
+                (&counted, &counted_json),
+            ] {
+                conn.execute(
+                    "INSERT INTO ledger (source_id, key, status, rev, attempts, updated_at, record) \
+                     VALUES (?1, ?2, 'done', 3, 0, 7, ?3)",
+                    params![r.source_id, r.key, json],
+                )
+                .unwrap();
+            }
+            conn.pragma_update(None, "user_version", 3).unwrap();
+        }
+        let ledger = SqliteLedger::open(&path).unwrap();
+        let conn = Connection::open(&path).unwrap();
+        assert_eq!(kept_aside(&conn, "in/old.csv"), (Some(0), Some(0)));
+        assert_eq!(kept_aside(&conn, "in/claimed.csv"), (None, None));
+        assert_eq!(kept_aside(&conn, "in/counted.csv"), (Some(2), Some(5)));
+        // The old commit reads with no counts; written again, its columns follow the record.
+        let read = ledger.get("orders", "in/old.csv").await.unwrap().unwrap();
+        let c = read.committed.as_ref().unwrap();
+        assert_eq!((c.rescued, c.ignored.is_empty()), (0, true));
+        let mut next = read.clone();
+        next.rev += 1;
+        next.committed = record("in/old.csv").committed;
+        assert_eq!(
+            ledger.replace(&next, read.rev).await.unwrap(),
+            LedgerWrite::Written
+        );
+        assert_eq!(kept_aside(&conn, "in/old.csv"), (Some(2), Some(5)));
+        assert_eq!(user_version(&conn), SCHEMA_VERSION);
+    }
+
     #[tokio::test]
     async fn a_version_1_file_gains_the_newer_tables() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("ledger.db");
         {
             let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(
-                SCHEMA
-                    .split("CREATE TABLE IF NOT EXISTS audit")
-                    .next()
-                    .unwrap(),
-            )
-            .unwrap();
+            conn.execute_batch(LEDGER_V3).unwrap();
             conn.pragma_update(None, "user_version", 1).unwrap();
         }
         let ledger = SqliteLedger::open(&path).unwrap();
@@ -924,13 +1048,11 @@ mod tests {
         };
         ledger.audit(&entry).await.unwrap();
         assert_eq!(ledger.audit_log(None).await.unwrap(), [entry]);
-        // ... and the job tables of version 3.
+        // ... and the job tables of version 3, and the columns of version 4.
         assert!(ledger.list_jobs(10).await.unwrap().is_empty());
-        let version: i32 = Connection::open(&path)
-            .unwrap()
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        let conn = Connection::open(&path).unwrap();
+        assert_eq!(kept_aside(&conn, "a"), (Some(2), Some(5)));
+        assert_eq!(user_version(&conn), SCHEMA_VERSION);
     }
 
     #[tokio::test]

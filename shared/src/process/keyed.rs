@@ -21,7 +21,7 @@ use crate::bookmark::{
     self, Index, LOCK_KEY, LockDecision, LockRequest, RowFilter, Settlement, key_columns, parse_key,
 };
 use crate::convert::SumValue;
-use crate::model::{Advance, BookmarkState};
+use crate::model::{Advance, BookmarkState, IgnoredFields};
 use crate::schema::ColumnType;
 
 /// Real time a worker waits for the source's lock at least…
@@ -261,6 +261,7 @@ impl Pipeline {
             )
             .await?;
         let mut filter = filter.ok_or_else(|| ProcessError::Internal("filter lost".into()))?;
+        log_kept_aside(source.id(), key, &stats);
         self.faults.check(Step::AfterOutputPut, key)?;
 
         let late_output = match filter.late.take() {
@@ -337,6 +338,9 @@ impl Pipeline {
             let total = before.map_or(*sum, |b| b.plus(sum));
             sums.insert(column.clone(), total.to_string());
         }
+        // Like rows, the counts of every version whose output the commit lists.
+        let mut ignored = previous.map(|c| c.ignored.clone()).unwrap_or_default();
+        ignored.add(&IgnoredFields::from(&stats.ignored));
         let committed = Committed {
             target: Target::Version(version.clone()),
             rows: previous.map_or(0, |c| c.rows) + stats.rows,
@@ -344,6 +348,8 @@ impl Pipeline {
             outputs,
             rejected: 0,
             rejects: None,
+            rescued: previous.map_or(0, |c| c.rescued) + stats.rescued_rows,
+            ignored: ignored.trimmed(crate::convert::MAX_IGNORED_PATHS),
             config_fp: source.fingerprint.clone(),
             committed_at: now,
             run_id: ctx.run_id.clone(),
@@ -430,6 +436,8 @@ impl Pipeline {
                 version: version.version.clone(),
                 rows: stats.rows,
                 rejected: 0,
+                rescued: stats.rescued_rows,
+                ignored: stats.ignored.values,
                 outputs: vec![output],
             },
         })

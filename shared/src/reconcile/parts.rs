@@ -712,6 +712,9 @@ fn fold(into: &mut Option<SourceReport>, part: SourceReport, source: &Source) {
     m.error = m.error.take().or(part.error);
     m.late_rows += part.late_rows;
     m.rejected_rows += part.rejected_rows;
+    m.rescued_rows += part.rescued_rows;
+    m.ignored.add(&part.ignored);
+    m.ignored = m.ignored.trimmed(super::IGNORED_FIELDS_LISTED);
     m.bookmark = m.bookmark.or(part.bookmark);
     m.resume_after = None;
     m.resumed_after = None;
@@ -927,6 +930,37 @@ mod tests {
             candidate: None,
         };
         assert!((1..=3).all(|i| c.object(&format!("k{i}")).is_none()));
+    }
+
+    #[test]
+    fn the_merged_window_adds_up_the_rows_kept_aside_and_the_ignored_fields() {
+        let (source, entry) = super::super::tests::checked_entry();
+        let part = |rejected, rescued, fields: &[(&str, u64)]| {
+            let mut p = entry.clone();
+            p.rejected_rows = rejected;
+            p.rescued_rows = rescued;
+            p.ignored.fields = fields.iter().map(|(f, n)| (f.to_string(), *n)).collect();
+            p.ignored.values = p.ignored.fields.values().sum::<u64>() + 1;
+            p
+        };
+        let mut merged = None;
+        fold(&mut merged, part(1, 2, &[("a", 3), ("b", 1)]), &source);
+        fold(&mut merged, part(0, 5, &[("b", 4)]), &source);
+        let m = merged.unwrap();
+        assert_eq!((m.rejected_rows, m.rescued_rows), (1, 7));
+        assert_eq!(m.ignored.values, 10);
+        assert_eq!(m.ignored.most_frequent(2), [("b", 5), ("a", 3)]);
+
+        // However many parts name fields, the merged entry names the most frequent.
+        let mut merged = None;
+        for i in 0..super::super::IGNORED_FIELDS_LISTED + 5 {
+            let field = format!("f{i:02}");
+            fold(&mut merged, part(0, 0, &[(&field, i as u64 + 1)]), &source);
+        }
+        let m = merged.unwrap();
+        assert_eq!(m.ignored.fields.len(), super::super::IGNORED_FIELDS_LISTED);
+        assert!(!m.ignored.fields.contains_key("f00"));
+        assert_eq!(m.ignored.fields["f36"], 37);
     }
 
     #[test]

@@ -12,26 +12,36 @@
 //! warning; no rejects file or late-rows file is written; the bookmark filter starts from no
 //! mark and an empty index (as for the first object of a new source), since the source's mark
 //! lives in the ledger, so no row is late and only keys repeated within the file are skipped
-//! as re-exported.
+//! as re-exported; lineage columns describe the file as the object its key names: that key, no
+//! version id, the file's MD5 as the ETag (what a single PUT of it would get) and its
+//! modification time.
+//!
+//! Besides rows and sums, the report shows the contract itself (the output's columns, each
+//! type spelled as the schema spells it: `struct<…>`, `array<…>`, `map<string,…>`, `json`)
+//! and what did not land in a column of its own: rejected rows, rows with values in the
+//! rescued column, and the values of fields not in the schema that were ignored, per field.
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::str::FromStr;
 use std::time::Instant;
 
+use md5::{Digest, Md5};
 use serde::Serialize;
 use tidemark::bookmark::{Index, RowFilter, key_columns};
 use tidemark::config::{Config, Source};
 use tidemark::convert::{
-    BadRows, Compression, ConvertError, ConvertStats, InputFormat, Rejected, SumValue, convert,
+    BadRows, BadValues, Compression, ConvertError, ConvertStats, InputFormat, ObjectInfo, Rejected,
+    SumValue, UnknownFields, convert,
 };
+use tidemark::model::IgnoredFields;
 
 use super::print_json;
 use crate::backend::source_in;
-use crate::render::duration;
+use crate::render::{duration, ignored_fields};
 use crate::{Error, Out};
 
 /// Rejected rows shown unless `--rejects` says otherwise.
@@ -122,6 +132,16 @@ pub struct ConvertReport {
     /// Under `reject`: most bad rows the object may have.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_rejected_rows: Option<u64>,
+    /// What a field the schema does not name does: `ignore`, `fail` or `rescue`.
+    pub on_unknown_field: UnknownFields,
+    /// What a value that does not read as its type does: `fail` or `rescue`.
+    pub on_bad_value: BadValues,
+    /// The rescued column, when a policy rescues.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rescued_column: Option<String>,
+    /// The columns of the Parquet output, in order: the schema's, the rescued column, the
+    /// lineage columns.
+    pub columns: Vec<Column>,
     /// Where the Parquet file went (`None`: discarded).
     pub output: Option<String>,
     /// Things the operator should know (a key the source would not select…).
@@ -134,6 +154,24 @@ pub struct ConvertReport {
     /// What it produced, when it succeeded.
     #[serde(flatten)]
     pub result: Option<Converted>,
+}
+
+/// One column of the output, its type spelled as Glue DDL (`struct<arn:string,tags:array<string>>`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Column {
+    /// Its name.
+    pub name: String,
+    /// Its type: `int64`, `decimal(12,2)`, `struct<…>`, `array<…>`, `map<string,…>`, `json`.
+    #[serde(rename = "type")]
+    pub ty: String,
+    /// May it hold NULLs?
+    pub nullable: bool,
+    /// Where its values are read from, when not the top-level field of its name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// What fills it when not the input: `rescued values`, or `lineage: <value>`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filled_with: Option<String>,
 }
 
 /// A failed conversion, as `ConvertError` tells it.
@@ -171,6 +209,11 @@ pub struct Converted {
     pub rejected: u64,
     /// The first of them (`--rejects`), in input order.
     pub rejects: Vec<RejectedRow>,
+    /// Rows with values in the rescued column (counted in `rows`).
+    pub rescued: u64,
+    /// Values of fields the schema does not name, dropped (`on_unknown_field: ignore`):
+    /// how many, and per field (the first 32 fields met).
+    pub ignored: IgnoredFields,
     /// For a source with bookmark keys: what the row filter did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bookmark: Option<BookmarkOutcome>,
@@ -244,6 +287,13 @@ pub fn convert_file(config: &Config, args: &ConvertArgs) -> Result<ConvertReport
         compression: spec.compression,
         on_bad_row,
         max_rejected_rows,
+        on_unknown_field: spec.unknown_fields,
+        on_bad_value: spec.bad_values,
+        rescued_column: spec.rescues().then(|| spec.rescue_column.clone()),
+        columns: columns(
+            source,
+            spec.rescues().then_some(spec.rescue_column.as_str()),
+        ),
         output: args.output.as_ref().map(|p| p.display().to_string()),
         warnings,
         ok: false,
@@ -269,6 +319,13 @@ pub fn convert_file(config: &Config, args: &ConvertArgs) -> Result<ConvertReport
         return Ok(report);
     }
 
+    let spec = if source.doc.metadata_columns.0.is_empty() {
+        spec
+    } else {
+        source.convert_spec_for(
+            object_info(&file, &report.key).map_err(|e| format!("{input_name}: {e}"))?,
+        )
+    };
     let mut sink = Sink::open(args.output.as_deref())?;
     let mut filter = source.doc.bookmark.as_ref().map(|doc| {
         RowFilter::new(
@@ -306,6 +363,33 @@ pub fn convert_file(config: &Config, args: &ConvertArgs) -> Result<ConvertReport
     Ok(report)
 }
 
+/// The local file as the object version the lineage columns describe: the key it stands
+/// for, its MD5 as the ETag (what a single PUT of it would get) and its modification time.
+/// The file is read once for the MD5.
+fn object_info(file: &File, key: &str) -> std::io::Result<ObjectInfo> {
+    let mut md5 = Md5::new();
+    let mut reader = BufReader::with_capacity(256 << 10, file);
+    loop {
+        let chunk = reader.fill_buf()?;
+        if chunk.is_empty() {
+            break;
+        }
+        md5.update(chunk);
+        let n = chunk.len();
+        reader.consume(n);
+    }
+    let modified = file.metadata()?.modified()?;
+    let file_md5 = md5.finalize();
+    let last_modified_ms = chrono::DateTime::<chrono::Utc>::from(modified).timestamp_millis();
+    (&*file).seek(std::io::SeekFrom::Start(0))?;
+    Ok(ObjectInfo {
+        key: key.to_string(),
+        version_id: None,
+        etag: file_md5.iter().map(|b| format!("{b:02x}")).collect(),
+        last_modified_ms,
+    })
+}
+
 fn converted_report(
     stats: ConvertStats,
     output_bytes: u64,
@@ -341,8 +425,44 @@ fn converted_report(
             .take(shown.limit())
             .map(shorten)
             .collect(),
+        rescued: stats.rescued_rows,
+        ignored: IgnoredFields::from(&stats.ignored),
         bookmark,
     }
+}
+
+/// The output columns of `source`, each with its type spelled as the schema spells it.
+fn columns(source: &Source, rescued_column: Option<&str>) -> Vec<Column> {
+    let schema_columns = source.doc.schema.len();
+    source
+        .output_columns()
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let lineage = source
+                .doc
+                .metadata_columns
+                .0
+                .iter()
+                .find(|(name, _)| *name == c.name)
+                .map(|(_, l)| serde_json::to_value(l).unwrap_or_default());
+            let filled_with = match lineage {
+                _ if i < schema_columns => None,
+                Some(l) => Some(format!("lineage: {}", l.as_str().unwrap_or("?"))),
+                None if Some(c.name.as_str()) == rescued_column => {
+                    Some("rescued values".to_string())
+                }
+                None => None,
+            };
+            Column {
+                name: c.name,
+                ty: c.ty.to_string(),
+                nullable: c.nullable,
+                path: c.path.map(|p| p.to_string()),
+                filled_with,
+            }
+        })
+        .collect()
 }
 
 fn shorten(r: &Rejected) -> RejectedRow {
@@ -511,9 +631,32 @@ pub fn render(r: &ConvertReport) -> String {
             None => "fail".to_string(),
         },
     );
+    for c in &r.columns {
+        let mut about = Vec::new();
+        if let Some(path) = &c.path {
+            about.push(format!("from {path}"));
+        }
+        if let Some(what) = &c.filled_with {
+            about.push(what.clone());
+        }
+        line(
+            "column",
+            format!(
+                "{} {}{}{}",
+                c.name,
+                c.ty,
+                if c.nullable { "" } else { " not null" },
+                if about.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", about.join(", "))
+                }
+            ),
+        );
+    }
     let Some(c) = &r.result else {
         line("result", "FAILED (see the error)".into());
-        return aligned(&lines);
+        return aligned(&lines, label_width(&lines));
     };
     line("rows", c.rows.to_string());
     for (column, sum) in &c.sums {
@@ -556,25 +699,52 @@ pub fn render(r: &ConvertReport) -> String {
         )
     };
     line("rejected", format!("{}{shown}", c.rejected));
-    let mut s = aligned(&lines);
+    let mut rejects = String::new();
     for row in &c.rejects {
         let mut record = format!("{:?}", row.record);
         if row.cut {
             record.push('…');
         }
-        s += &format!("  {}  {record}\n", row.error);
+        rejects += &format!("  {}  {record}\n", row.error);
     }
-    s
+    line(
+        "rescued",
+        match &r.rescued_column {
+            Some(column) if c.rescued > 0 => {
+                format!("{} rows (with values in column {column})", c.rescued)
+            }
+            _ => c.rescued.to_string(),
+        },
+    );
+    line(
+        "ignored",
+        if c.ignored.is_empty() {
+            "0".to_string()
+        } else {
+            format!(
+                "{} values of fields not in the schema (on_unknown_field: ignore)",
+                c.ignored.values
+            )
+        },
+    );
+    // The rejected rows follow their line; the ignored fields theirs, the last.
+    let (before, after) = lines.split_at(lines.len() - 2);
+    let width = label_width(&lines);
+    aligned(before, width) + &rejects + &aligned(after, width) + &ignored_fields(&c.ignored, "  ")
 }
 
-/// `label: value` lines, the values aligned one column after the longest label.
-fn aligned(lines: &[(String, String)]) -> String {
-    let width = lines
+/// The width of the label column: one past the longest label.
+fn label_width(lines: &[(String, String)]) -> usize {
+    lines
         .iter()
         .map(|(l, _)| l.chars().count())
         .max()
         .unwrap_or(0)
-        + 1;
+        + 1
+}
+
+/// `label: value` lines, the values aligned at `width`.
+fn aligned(lines: &[(String, String)], width: usize) -> String {
     lines
         .iter()
         .map(|(label, value)| format!("{label:<width$}{value}\n"))

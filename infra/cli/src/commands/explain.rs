@@ -1,8 +1,9 @@
 //! `explain SOURCE KEY`: the whole ledger record of one object — status, the committed
-//! version with its rows, sums and outputs, a live or expired claim, the pending version,
-//! attempts and the last error — the first rows of its rejects file when it has one, and
-//! the audit entries that named the key (a rewind, a reset, a mark, a run that processed
-//! it).
+//! version with its rows, sums and outputs, its rejected and rescued rows and the fields not
+//! in the schema whose values it ignored (with their counts), a live or expired claim, the
+//! pending version, attempts and the last error — the first rows of its rejects file when it
+//! has one, and the audit entries that named the key (a rewind, a reset, a mark, a run that
+//! processed it).
 
 use std::process::ExitCode;
 
@@ -14,7 +15,7 @@ use tokio::io::AsyncReadExt;
 use super::audit::{args_summary, names_key};
 use super::print_json;
 use crate::backend::Backend;
-use crate::render::{when, when_ms};
+use crate::render::{ignored_fields, when, when_ms};
 use crate::{Error, Out};
 
 /// What `explain` shows.
@@ -182,6 +183,19 @@ pub fn describe(r: &Record, max_attempts: u32) -> String {
                 o.bucket, o.key, o.etag
             );
         }
+        if c.rescued > 0 {
+            out += &format!(
+                "  rescued:  {} rows (with values in the rescued column)\n",
+                c.rescued
+            );
+        }
+        if !c.ignored.is_empty() {
+            out += &format!(
+                "  ignored:  {} values of fields not in the schema (in no column):\n",
+                c.ignored.values
+            );
+            out += &ignored_fields(&c.ignored, "    ");
+        }
         out += &format!(
             "  config:   {} (output schema version {})\n",
             c.config_fp,
@@ -207,4 +221,29 @@ pub fn describe(r: &Record, max_attempts: u32) -> String {
         out += &format!("note:       {n}\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::fixtures::done;
+
+    #[test]
+    fn a_commit_shows_its_rescued_rows_and_each_ignored_field_with_its_values() {
+        let r = done("in/a.json", 2, &[("tags", 1), ("userIdentity.extra", 4)], 3);
+        let text = describe(&r, 3);
+        assert!(
+            text.contains(
+                "  rows:     10\n  rescued:  2 rows (with values in the rescued column)\n  \
+                 ignored:  8 values of fields not in the schema (in no column):\n    \
+                 userIdentity.extra: 4\n    tags: 1\n    (other fields): 3\n"
+            ),
+            "{text}"
+        );
+        let clean = describe(&done("in/b.json", 0, &[], 0), 3);
+        assert!(
+            !clean.contains("rescued:") && !clean.contains("ignored:"),
+            "{clean}"
+        );
+    }
 }

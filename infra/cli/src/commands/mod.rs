@@ -28,3 +28,64 @@ pub(crate) fn print_json(out: Out<'_>, value: &impl Serialize) -> Result<(), Err
     writeln!(out)?;
     Ok(())
 }
+
+/// Ledger records and sources the commands' unit tests share.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use std::collections::BTreeMap;
+
+    use tidemark::config::{Config, Source};
+    use tidemark::model::{Committed, IgnoredFields, Record, Status, Target, VersionRef};
+
+    /// Source `trail` (JSON Lines under `in/`), with the fields of `extra` (`,"k":v…`).
+    pub(crate) fn source(extra: &str) -> Source {
+        let doc = format!(
+            r#"{{"sources":[{{"source_id":"trail","bucket":"landing","prefix":"in/",
+            "format":"jsonl","schema":[{{"name":"id","type":"int64"}}],
+            "output":{{"bucket":"lake","prefix":"trail/"}}{extra}}}]}}"#
+        );
+        Config::from_json(&doc).unwrap().sources[0].clone()
+    }
+
+    /// A record done with 10 rows, `rescued` of them rescued, the values of the `ignored`
+    /// fields and `unnamed` more ignored.
+    pub(crate) fn done(key: &str, rescued: u64, ignored: &[(&str, u64)], unnamed: u64) -> Record {
+        let fields: BTreeMap<String, u64> =
+            ignored.iter().map(|(f, n)| (f.to_string(), *n)).collect();
+        Record {
+            source_id: "trail".into(),
+            key: key.into(),
+            status: Status::Done,
+            rev: 2,
+            committed: Some(Committed {
+                target: Target::Version(VersionRef {
+                    version: "e".into(),
+                    version_id: None,
+                    etag: Some("e".into()),
+                    sequencer: None,
+                    size: None,
+                }),
+                rows: 10,
+                sums: BTreeMap::new(),
+                outputs: Vec::new(),
+                rejected: 0,
+                rejects: None,
+                rescued,
+                ignored: IgnoredFields {
+                    values: fields.values().sum::<u64>() + unnamed,
+                    fields,
+                },
+                config_fp: "fp".into(),
+                committed_at: 5,
+                run_id: "run".into(),
+            }),
+            claim: None,
+            pending: None,
+            attempts: 0,
+            last_error: None,
+            note: None,
+            updated_at: 5,
+            bookmark: None,
+        }
+    }
+}

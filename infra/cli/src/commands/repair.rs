@@ -182,6 +182,27 @@ async fn merge_split_windows(
     Ok(())
 }
 
+/// What the objects a window checked left out of their columns, as their commits record
+/// it: rejected rows, rescued rows, ignored values (with the fields that held the most).
+/// `None` when nothing.
+pub fn kept_aside_line(s: &reconcile::SourceReport) -> Option<String> {
+    let mut parts = Vec::new();
+    if s.rejected_rows > 0 {
+        parts.push(format!("{} rows rejected", s.rejected_rows));
+    }
+    if s.rescued_rows > 0 {
+        parts.push(format!("{} rows with rescued values", s.rescued_rows));
+    }
+    if !s.ignored.is_empty() {
+        parts.push(format!(
+            "{} values of fields not in the schema ignored: {}",
+            s.ignored.values,
+            s.ignored.summary(super::status::IGNORED_FIELDS_SHOWN)
+        ));
+    }
+    (!parts.is_empty()).then(|| format!("{}: {}", s.source_id, parts.join("; ")))
+}
+
 /// `tidemark reconcile`.
 pub async fn reconcile_command(
     backend: &Backend,
@@ -283,6 +304,9 @@ pub async fn reconcile_command(
         for s in &report.sources {
             if let Some(e) = &s.error {
                 writeln!(out, "{}: not reconciled: {e}", s.source_id)?;
+            }
+            if let Some(line) = kept_aside_line(s) {
+                writeln!(out, "{line}")?;
             }
             for f in &s.findings {
                 writeln!(

@@ -158,6 +158,10 @@ pub struct Counts {
     pub rows: u64,
     /// Rows set aside as bad (`on_bad_row: reject`).
     pub rejected: u64,
+    /// Rows written with values in the rescued column.
+    pub rescued: u64,
+    /// Values of fields not in the schema, dropped (`on_unknown_field: ignore`).
+    pub ignored: u64,
     /// Source bytes taken.
     pub bytes: u64,
 }
@@ -177,6 +181,8 @@ impl Counts {
         self.left += o.left;
         self.rows += o.rows;
         self.rejected += o.rejected;
+        self.rescued += o.rescued;
+        self.ignored += o.ignored;
         self.bytes += o.bytes;
     }
 
@@ -454,10 +460,18 @@ async fn run_source(
     let mut written = Vec::new();
     while let Some((o, result)) = results.next().await {
         match result {
-            Ok(Outcome::Processed { rows, rejected, .. }) => {
+            Ok(Outcome::Processed {
+                rows,
+                rejected,
+                rescued,
+                ignored,
+                ..
+            }) => {
                 counts.processed += 1;
                 counts.rows += rows;
                 counts.rejected += rejected;
+                counts.rescued += rescued;
+                counts.ignored += ignored;
                 written.push(o.key.clone());
             }
             Ok(Outcome::Untracked { rows }) => {
@@ -537,6 +551,29 @@ pub async fn run_command(
     })
 }
 
+/// What the run's rows left out of their columns, in words: ` (2 bad rows rejected, 3 rows
+/// with rescued values, 7 values of fields not in the schema ignored)`; empty when nothing.
+fn kept_aside(t: &Counts) -> String {
+    let mut parts = Vec::new();
+    if t.rejected > 0 {
+        parts.push(format!("{} bad rows rejected", t.rejected));
+    }
+    if t.rescued > 0 {
+        parts.push(format!("{} rows with rescued values", t.rescued));
+    }
+    if t.ignored > 0 {
+        parts.push(format!(
+            "{} values of fields not in the schema ignored",
+            t.ignored
+        ));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
+}
+
 /// The human summary of a run.
 pub fn print_report(report: &RunReport, backend: &str, out: Out<'_>) -> Result<(), Error> {
     writeln!(out, "{} {} ({backend})", report.command, report.run_id)?;
@@ -608,11 +645,7 @@ pub fn print_report(report: &RunReport, backend: &str, out: Out<'_>) -> Result<(
         t.failed,
         t.quarantined,
         t.rows,
-        if t.rejected > 0 {
-            format!(" ({} bad rows rejected)", t.rejected)
-        } else {
-            String::new()
-        },
+        kept_aside(t),
         report.seconds,
         if t.left > 0 {
             format!("; {} left for the next run (bounds)", t.left)
@@ -621,4 +654,24 @@ pub fn print_report(report: &RunReport, backend: &str, out: Out<'_>) -> Result<(
         }
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_says_what_the_rows_left_out_of_their_columns() {
+        let mut t = Counts::default();
+        assert_eq!(kept_aside(&t), "");
+        t.rejected = 2;
+        assert_eq!(kept_aside(&t), " (2 bad rows rejected)");
+        t.rescued = 3;
+        t.ignored = 7;
+        assert_eq!(
+            kept_aside(&t),
+            " (2 bad rows rejected, 3 rows with rescued values, 7 values of fields not in the \
+             schema ignored)"
+        );
+    }
 }

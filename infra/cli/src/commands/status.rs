@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 use tidemark::config::{Mode, Source};
-use tidemark::model::{Record, Status};
+use tidemark::model::{IgnoredFields, Record, Status};
 
 use super::print_json;
 use crate::backend::{Backend, ModeOrigin};
@@ -26,6 +26,12 @@ pub const STATUSES: [Status; 7] = [
     Status::Claimed,
     Status::Released,
 ];
+
+/// Ignored fields `status --json` names per source: the ones with the most values.
+pub const IGNORED_FIELDS_LISTED: usize = tidemark::convert::MAX_IGNORED_PATHS;
+
+/// Ignored fields the `status` line names.
+pub const IGNORED_FIELDS_SHOWN: usize = 5;
 
 /// The oldest object waiting to be processed.
 #[derive(Debug, Clone, Serialize)]
@@ -71,6 +77,21 @@ pub struct SourceStatus {
     /// source with `on_bad_row: reject`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rejects_at: Option<String>,
+    /// Rows of the committed versions with values in the rescued column (counted in
+    /// `totals`).
+    pub rescued_rows: u64,
+    /// Committed versions with rescued rows.
+    pub objects_with_rescued: u64,
+    /// The rescued column, for a source whose policy rescues (`on_unknown_field` or
+    /// `on_bad_value` "rescue").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rescued_column: Option<String>,
+    /// Values of fields not in the schema the committed versions dropped
+    /// (`on_unknown_field: ignore`), naming the [`IGNORED_FIELDS_LISTED`] fields with the
+    /// most values.
+    pub ignored: IgnoredFields,
+    /// Committed versions that dropped some.
+    pub objects_with_ignored: u64,
     /// Rows committed within the source's `freshness.max_silence`, against its minimum.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub freshness: Option<tidemark::reconcile::Freshness>,
@@ -115,6 +136,8 @@ pub fn summarize(
     let mut last_commit: Option<i64> = None;
     let mut oldest: Option<&Record> = None;
     let (mut rejected_rows, mut objects_with_rejects) = (0, 0);
+    let (mut rescued_rows, mut objects_with_rescued) = (0, 0);
+    let (mut ignored, mut objects_with_ignored) = (IgnoredFields::default(), 0);
     for r in records {
         *objects.entry(r.status.as_str()).or_default() += 1;
         if r.claim.as_ref().is_some_and(|c| c.lease_until <= now) {
@@ -124,6 +147,10 @@ pub fn summarize(
             last_commit = last_commit.max(Some(c.committed_at));
             rejected_rows += c.rejected;
             objects_with_rejects += u64::from(c.rejected > 0);
+            rescued_rows += c.rescued;
+            objects_with_rescued += u64::from(c.rescued > 0);
+            ignored.add(&c.ignored);
+            objects_with_ignored += u64::from(!c.ignored.is_empty());
         }
         if matches!(r.status, Status::Pending | Status::Failed)
             && oldest.is_none_or(|o| r.updated_at < o.updated_at)
@@ -154,6 +181,14 @@ pub fn summarize(
                 source.doc.output.bucket, source.doc.output.prefix
             )
         }),
+        rescued_rows,
+        objects_with_rescued,
+        rescued_column: {
+            let spec = source.convert_spec(&source.doc.prefix);
+            spec.rescues().then_some(spec.rescue_column)
+        },
+        ignored: ignored.trimmed(IGNORED_FIELDS_LISTED),
+        objects_with_ignored,
         freshness: tidemark::reconcile::freshness_of(source, records, now),
     })
 }
@@ -208,6 +243,33 @@ pub async fn status(backend: &Backend, source: Option<&str>) -> Result<Vec<Sourc
         all.push(summary);
     }
     Ok(all)
+}
+
+/// The `status` lines of a source's rescued rows (for a source that rescues, or that has
+/// some) and ignored values (when it has some, with the fields that held the most).
+pub fn kept_aside_lines(s: &SourceStatus) -> Vec<String> {
+    let mut lines = Vec::new();
+    if s.rescued_column.is_some() || s.rescued_rows > 0 {
+        lines.push(format!(
+            "{}: {} rows with rescued values in {} objects ({}counted in ROWS)",
+            s.source_id,
+            s.rescued_rows,
+            s.objects_with_rescued,
+            s.rescued_column
+                .as_ref()
+                .map_or(String::new(), |c| format!("in column {c}, ")),
+        ));
+    }
+    if !s.ignored.is_empty() {
+        lines.push(format!(
+            "{}: {} values ignored in {} objects (fields not in the schema, in no column): {}",
+            s.source_id,
+            s.ignored.values,
+            s.objects_with_ignored,
+            s.ignored.summary(IGNORED_FIELDS_SHOWN),
+        ));
+    }
+    lines
 }
 
 /// Ledger state of a source id the document does not have: a source renamed or removed.
@@ -398,6 +460,9 @@ pub fn print_status(
                     .map_or(String::new(), |at| format!("; rejects files under {at}")),
             )?;
         }
+        for line in kept_aside_lines(s) {
+            writeln!(out, "{line}")?;
+        }
         if let Some(b) = &s.bookmark {
             let mark = b.mark.as_ref().map_or("-".to_string(), |m| {
                 b.keys
@@ -440,4 +505,77 @@ pub fn print_status(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::fixtures::{done, source};
+
+    fn summary(source: &Source, records: &[Record]) -> SourceStatus {
+        summarize(source, (Mode::Enable, ModeOrigin::Config), records, 10).unwrap()
+    }
+
+    #[test]
+    fn rescued_rows_and_ignored_values_are_summed_over_the_commits() {
+        let records = [
+            done("in/a.json", 2, &[("userIdentity.extra", 4), ("tags", 1)], 0),
+            done("in/b.json", 0, &[("tags", 2), ("resources[].x", 1)], 3),
+            done("in/c.json", 1, &[], 0),
+        ];
+        let rescuing = source(r#","on_bad_value":"rescue""#);
+        let s = summary(&rescuing, &records);
+        assert_eq!((s.rescued_rows, s.objects_with_rescued), (3, 2));
+        assert_eq!((s.ignored.values, s.objects_with_ignored), (11, 2));
+        assert_eq!(s.rescued_column.as_deref(), Some("_rescued_data"));
+        assert_eq!(
+            kept_aside_lines(&s),
+            [
+                "trail: 3 rows with rescued values in 2 objects (in column _rescued_data, counted in ROWS)",
+                "trail: 11 values ignored in 2 objects (fields not in the schema, in no column): \
+                 userIdentity.extra (4), tags (3), resources[].x (1), 3 in other fields",
+            ]
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["rescued_rows"], 3);
+        assert_eq!(json["rescued_column"], "_rescued_data");
+        assert_eq!(
+            json["ignored"],
+            serde_json::json!({"values": 11, "fields": {"userIdentity.extra": 4, "tags": 3, "resources[].x": 1}})
+        );
+
+        // A source that does not rescue and has nothing kept aside shows no line.
+        let plain = source("");
+        let s = summary(&plain, &[done("in/a.json", 0, &[], 0)]);
+        assert_eq!(s.rescued_column, None);
+        assert!(kept_aside_lines(&s).is_empty());
+        // It shows what its commits hold all the same (a policy changed since).
+        let s = summary(&plain, &[done("in/a.json", 1, &[], 2)]);
+        assert_eq!(
+            kept_aside_lines(&s),
+            [
+                "trail: 1 rows with rescued values in 1 objects (counted in ROWS)",
+                "trail: 2 values ignored in 1 objects (fields not in the schema, in no column): \
+                 2 in other fields",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_json_names_the_fields_with_the_most_values() {
+        let records: Vec<Record> = (0..IGNORED_FIELDS_LISTED as u64 + 3)
+            .map(|i| {
+                done(
+                    &format!("in/{i}.json"),
+                    0,
+                    &[(&format!("f{i:02}"), i + 1)],
+                    0,
+                )
+            })
+            .collect();
+        let s = summary(&source(""), &records);
+        assert_eq!(s.ignored.fields.len(), IGNORED_FIELDS_LISTED);
+        assert!(!s.ignored.fields.contains_key("f00"), "the fewest values");
+        assert_eq!(s.ignored.unnamed(), 1 + 2 + 3);
+    }
 }

@@ -363,15 +363,15 @@ impl fmt::Display for FieldType {
     }
 }
 
-/// A struct field's name as spelled in a type: in backquotes (a backquote doubled) when it
-/// holds a character of the spelling's syntax, or space at either end, or is empty.
+/// A struct field's name as spelled in a type: in backquotes (a backquote doubled) unless it
+/// is a plain identifier (ASCII letters, digits and `_`).
 struct FieldName<'a>(&'a str);
 
 impl fmt::Display for FieldName<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = self.0;
-        let plain =
-            !name.is_empty() && name.trim() == name && !name.contains([':', ',', '<', '>', '`']);
+        // Glue's DDL needs backquotes around any name but a plain identifier.
+        let plain = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if plain {
             f.write_str(name)
         } else {
@@ -1131,7 +1131,7 @@ mod tests {
             "map<string,string>",
             "map<string,array<decimal(12,2)>>",
             "struct<a:struct<b:struct<c:array<map<string,json>>>>,d:timestamp>",
-            "struct<`a:b`:int32,`x``y`:bool,` pad`:date>",
+            "struct<`a:b`:int32,`x``y`:bool,` pad`:date,`account id`:string,`x-amz-acl`:json>",
         ] {
             let ty: FieldType = spelled.parse().unwrap_or_else(|e| panic!("{spelled}: {e}"));
             assert_eq!(ty.to_string(), spelled);

@@ -167,6 +167,11 @@ async fn a_cloudtrail_source_end_to_end(b: Backends) {
         let committed = record.committed.expect("committed");
         assert_eq!(committed.rows, rows, "{}: {key}", b.name);
         assert_eq!(committed.sums["bytes_in"], bytes, "{}: {key}", b.name);
+        assert_eq!(
+            committed.rescued, 1,
+            "{}: {key}: one row rescued each",
+            b.name
+        );
     }
     publish(a).await;
     publish(bk).await;

@@ -200,7 +200,9 @@ def main():
             except RuntimeError as e:
                 if engine != "tidemark":
                     raise
-                unavailable[engine] = str(e).strip().splitlines()[-1][:400]
+                # "CMD exited with N: STDERR": the code and the converter's own words.
+                _, _, said = str(e).partition(" exited with ")
+                unavailable[engine] = f"tidemark-bench convert exited with {said.strip()}"[:600]
                 log(f"  tidemark: not available: {unavailable[engine]}")
                 continue
             log(f"  warm-up {case:9} {engine:18} {r['wall']:.3f}s")

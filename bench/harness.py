@@ -342,6 +342,25 @@ def expected_differences(fp, expected, schema):
     return out
 
 
+def aligned(got_file, ref_file, names):
+    """Equal-length slices of two Parquet files' batches (columns `names`), in order."""
+    it_got = got_file.iter_batches(batch_size=VERIFY_BATCH, columns=names, use_threads=False)
+    it_ref = ref_file.iter_batches(batch_size=VERIFY_BATCH, columns=names, use_threads=False)
+    got = ref = None
+    while True:
+        while got is None or got.num_rows == 0:
+            got = next(it_got, None)
+            if got is None:
+                return
+        while ref is None or ref.num_rows == 0:
+            ref = next(it_ref, None)
+            if ref is None:
+                return
+        n = min(got.num_rows, ref.num_rows)
+        yield got.slice(0, n), ref.slice(0, n)
+        got, ref = got.slice(n), ref.slice(n)
+
+
 def value_differences(path, ref_path, schema):
     """Value-by-value comparison of the output at path with tidemark's (ref_path): the
     problems (values or rows that differ, types that cannot be compared) and the notes
@@ -362,27 +381,8 @@ def value_differences(path, ref_path, schema):
         return problems + [f"no column {', '.join(missing)}"], notes
     mismatched = {}  # name: [rows that differ, first row, tidemark's value, this value]
     unusable = {}
-
-    def aligned():
-        """Equal-length slices of the two files' batches, in order."""
-        it_got = got_file.iter_batches(batch_size=VERIFY_BATCH, columns=names, use_threads=False)
-        it_ref = ref_file.iter_batches(batch_size=VERIFY_BATCH, columns=names, use_threads=False)
-        got = ref = None
-        while True:
-            while got is None or got.num_rows == 0:
-                got = next(it_got, None)
-                if got is None:
-                    return
-            while ref is None or ref.num_rows == 0:
-                ref = next(it_ref, None)
-                if ref is None:
-                    return
-            n = min(got.num_rows, ref.num_rows)
-            yield got.slice(0, n), ref.slice(0, n)
-            got, ref = got.slice(n), ref.slice(n)
-
     offset = 0
-    for got, ref in aligned():
+    for got, ref in aligned(got_file, ref_file, names):
         for c in schema:
             name = c["name"]
             if name in unusable:

@@ -8,7 +8,8 @@
 //!     output).
 //! tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] [--threads N] IN OUT
 //!     tidemark's converter (`tidemark::convert::convert`) on IN with the schema of FILE
-//!     (a JSON list of columns as in bench/schema.json; default: the orders schema),
+//!     (a JSON list of columns as in bench/schema.json or a source's `schema`, nested types
+//!     and `path`, `format`, `timezone` included; default: the orders schema),
 //!     zstd level 3, Parquet to OUT; prints the stats (rows, exact sums of every
 //!     numeric column, rows rejected) as JSON. `--bad-rows reject`: the policy
 //!     `on_bad_row: reject`, with no cap. OUT `-`: decode only, nothing encoded
@@ -43,7 +44,7 @@ use parquet::file::reader::{FileReader, SerializedFileReader};
 use tidemark::convert::{
     BadRows, Compression, ConvertSpec, CsvOptions, InputFormat, convert, count,
 };
-use tidemark::schema::{ColumnSpec, arrow_schema};
+use tidemark::schema::ColumnSpec;
 
 mod wide;
 
@@ -223,7 +224,8 @@ fn convert_file(
     input: &Path,
     output: &Path,
 ) -> Result<()> {
-    let mut spec = ConvertSpec::new(format, arrow_schema(columns));
+    // With the columns' options: a `path` says where a nested record holds the value.
+    let mut spec = ConvertSpec::with_columns(format, columns);
     spec.compression = compression;
     spec.bad_rows = bad_rows;
     spec.threads = threads;

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The nested JSON benchmark: tidemark's converter against pyarrow and DuckDB on
+# CloudTrail-like JSON Lines (struct, array, json and path columns), plain and gzip, one thread
+# each, outputs compared value by value. One command:
+#
+#   bench/nested/run.sh
+#
+# Environment (all optional):
+#   BENCH_ROWS=1000000   records (1.54 GB of JSON Lines at 1M; 0.19 GB gzipped, level 6)
+#   BENCH_RUNS=3         measured runs per engine and case (after one warm-up); medians
+#   BENCH_ENGINES=...    comma list of tidemark,pyarrow,duckdb
+#   BENCH_CASES=...      comma list of jsonl,jsonl.gz
+#   BENCH_RSS=time|wait4 how peak RSS is taken (default: /usr/bin/time when present)
+#   BENCH_BIN=PATH       a tidemark-bench binary to use instead of building bench/ (release)
+#
+# What it does: makes .local/venv-bench with pyarrow and duckdb (bench/run.sh's venv);
+# builds bench/ (tidemark-bench) in release as bench/run.sh does, unless BENCH_BIN is set — a
+# build that fails is reported and the peers still run; generates the records once into
+# .local/bench-data/nested-cloudtrail-<rows>-<generator hash>/ with
+# tests/fixtures/nested/generate.py (cloudtrail.jsonl, .jsonl.gz, cloudtrail.schema.json);
+# runs bench/nested/harness.py, which prints the table and writes it, with every sample, to
+# .local/bench-results/nested-<UTC time>.{md,json}. If tidemark-bench cannot convert the file
+# (no nested JSON decoder yet), the results say "tidemark: not available" and why, and the
+# peers are compared with each other.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo"
+rows="${BENCH_ROWS:-1000000}"
+venv="$repo/.local/venv-bench"
+
+say() { printf 'bench: %s\n' "$*" >&2; }
+
+if [ ! -x "$venv/bin/python" ]; then
+    say "creating $venv"
+    python3 -m venv "$venv"
+fi
+for pkg in pyarrow duckdb; do
+    if ! "$venv/bin/python" -c "import $pkg" 2>/dev/null; then
+        say "installing $pkg into $venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check "$pkg"
+    fi
+done
+
+if [ ! -x /usr/bin/time ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing GNU time"
+    { apt-get install -y -qq time || { apt-get update -qq && apt-get install -y -qq time; }; } >/dev/null 2>&1 ||
+        say "could not install GNU time: peak RSS comes from os.wait4"
+fi
+
+if [ -n "${BENCH_BIN:-}" ]; then
+    bin="$BENCH_BIN"
+else
+    bin="${CARGO_TARGET_DIR:-$repo/bench/target}/release/tidemark-bench"
+    say "building bench/ (release)"
+    cargo build --release --quiet --manifest-path bench/Cargo.toml ||
+        say "the build of tidemark-bench failed: tidemark is measured only if $bin exists"
+fi
+
+key="$(cat tests/fixtures/nested/generate.py | sha256sum | cut -c1-12)"
+data="$repo/.local/bench-data/nested-cloudtrail-$rows-$key"
+if [ ! -f "$data/cloudtrail.schema.json" ]; then
+    say "generating $rows CloudTrail records into $data"
+    rm -rf "$data.tmp"
+    "$venv/bin/python" tests/fixtures/nested/generate.py --out "$data.tmp" --records "$rows" \
+        --datasets cloudtrail --gzip >&2
+    mv "$data.tmp" "$data"
+fi
+
+say "load before the run: $(uptime)"
+exec "$venv/bin/python" bench/nested/harness.py --bin "$bin" --data "$data" --stem cloudtrail \
+    --work "$repo/.local/bench-out" --results "$repo/.local/bench-results"

@@ -1215,7 +1215,7 @@ impl<'s> Decoding<'s> {
             row_groups: 0,
             rejects,
             rescued_rows,
-            ignored: batches.take_ignored(),
+            ignored: batches.take_ignored().trimmed(),
         })
     }
 }

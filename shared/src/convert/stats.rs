@@ -238,8 +238,13 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// Most field paths an [`Ignored`] names; past them it only counts.
+/// Most field paths an object's [`Ignored`] names: those with the most values.
 pub const MAX_IGNORED_PATHS: usize = 32;
+
+/// Most field paths counted one by one while an object is read: past them, the values of
+/// fields not met before are counted in [`Ignored::values`] only. The counts of the paths
+/// named in the end are exact when an object has no more distinct unknown fields than this.
+const MAX_TRACKED_PATHS: usize = 1000;
 
 /// The values an input held in fields the schema does not name, when they are ignored:
 /// how many, and of which fields (the paths of nested fields with `[]` for any array
@@ -248,7 +253,8 @@ pub const MAX_IGNORED_PATHS: usize = 32;
 pub struct Ignored {
     /// Values dropped.
     pub values: u64,
-    /// Values dropped per field, for the first [`MAX_IGNORED_PATHS`] fields met.
+    /// Values dropped per field: once an object is read, the [`MAX_IGNORED_PATHS`] fields
+    /// with the most values (see [`Ignored::trimmed`]).
     pub fields: BTreeMap<String, u64>,
 }
 
@@ -263,9 +269,22 @@ impl Ignored {
         self.values += n;
         if let Some(count) = self.fields.get_mut(path) {
             *count += n;
-        } else if self.fields.len() < MAX_IGNORED_PATHS {
+        } else if self.fields.len() < MAX_TRACKED_PATHS {
             self.fields.insert(path.to_owned(), n);
         }
+    }
+
+    /// The counts with only the [`MAX_IGNORED_PATHS`] fields of the most values named (on
+    /// equal counts, the first by name); the others' values stay in the total.
+    pub fn trimmed(mut self) -> Self {
+        if self.fields.len() > MAX_IGNORED_PATHS {
+            let mut by_count: Vec<(String, u64)> =
+                std::mem::take(&mut self.fields).into_iter().collect();
+            by_count.sort_by(|(a, x), (b, y)| y.cmp(x).then_with(|| a.cmp(b)));
+            by_count.truncate(MAX_IGNORED_PATHS);
+            self.fields = by_count.into_iter().collect();
+        }
+        self
     }
 
     /// Adds the counts of `other`.

@@ -29,9 +29,9 @@ use arrow_avro::compression::CompressionCodec;
 use arrow_avro::reader::{Reader, ReaderBuilder, read_header_info};
 use arrow_schema::ArrowError;
 
-use super::typed::{Rows, TypedBatches, invalid, select};
+use super::typed::{Rows, TypedBatches, invalid, typed};
 use super::{ConvertError, ConvertSpec};
-use crate::schema::ColumnType;
+use crate::schema::FieldType;
 
 /// Batches of an Avro file in the spec's schema.
 pub(super) type AvroBatches<R> = TypedBatches<Blocks<R>>;
@@ -43,7 +43,7 @@ type Replayed<R> = io::Chain<io::Cursor<Vec<u8>>, Recorder<R>>;
 pub(super) fn batches<R: BufRead>(
     input: R,
     spec: &ConvertSpec,
-    types: &[ColumnType],
+    types: &[FieldType],
 ) -> Result<AvroBatches<R>, ConvertError> {
     let not_avro = |e: &dyn std::fmt::Display| invalid(format!("not a valid Avro file: {e}"));
     let tail = Arc::new(Mutex::new(Tail::default()));
@@ -61,30 +61,22 @@ pub(super) fn batches<R: BufRead>(
         recorder.snappy = Some(SnappyBlocks::START);
     }
     let writer_schema = header.writer_schema().map_err(|e| not_avro(&e))?;
-    let names = field_names(&writer_schema.json_string).map_err(|e| not_avro(&e))?;
-    let selection = select(names.iter().map(String::as_str), spec)?;
-    // With no column of the schema in the file, the first field is read to count rows.
-    let (projection, use_columns) = if selection.roots.is_empty() {
-        (vec![0], false)
-    } else {
-        (selection.roots.clone(), true)
-    };
+    field_names(&writer_schema.json_string).map_err(|e| not_avro(&e))?;
     let kept = recorder.kept.take().unwrap_or_default();
-    let reader = ReaderBuilder::new()
-        .with_batch_size(spec.batch_rows)
-        .with_projection(projection)
-        .build(io::Cursor::new(kept).chain(recorder))
-        .map_err(|e| match e {
-            ArrowError::IoError(..) => not_avro(&e),
-            e => invalid(format!("cannot read this Avro file: {e}")),
-        })?;
-    let file_schema = reader.schema();
-    let projected: Vec<_> = if use_columns {
-        file_schema.fields().iter().map(|f| f.data_type()).collect()
-    } else {
-        Vec::new()
+    // The file's columns as Arrow types, from a reader of its header alone.
+    let header_only = io::Cursor::new(kept.clone());
+    let file_schema = open(header_only, spec, None)?.schema();
+    let (typed, needs) = typed(file_schema.fields(), spec, types, |_, _| None)?;
+    // With no column to read, the first field is read to count rows.
+    let (projection, use_columns) = match needs.keys().copied().collect::<Vec<_>>() {
+        roots if roots.is_empty() => (vec![0], false),
+        roots => (roots, true),
     };
-    let typed = selection.plan(spec, types, &projected)?;
+    let reader = open(
+        io::Cursor::new(kept).chain(recorder),
+        spec,
+        Some(projection),
+    )?;
     let reader = Blocks {
         reader: Some(reader),
         sync: header.sync(),
@@ -100,6 +92,22 @@ pub(super) fn batches<R: BufRead>(
         "Avro",
         None,
     ))
+}
+
+/// `arrow-avro`'s reader of `input`, of the columns `projection` (`None`: all).
+fn open<I: BufRead>(
+    input: I,
+    spec: &ConvertSpec,
+    projection: Option<Vec<usize>>,
+) -> Result<Reader<I>, ConvertError> {
+    let mut builder = ReaderBuilder::new().with_batch_size(spec.batch_rows);
+    if let Some(projection) = projection {
+        builder = builder.with_projection(projection);
+    }
+    builder.build(input).map_err(|e| match e {
+        ArrowError::IoError(..) => invalid(format!("not a valid Avro file: {e}")),
+        e => invalid(format!("cannot read this Avro file: {e}")),
+    })
 }
 
 /// The batches of `arrow-avro`'s reader, and a check at the end of the file that it ends

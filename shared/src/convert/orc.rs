@@ -22,13 +22,16 @@
 use std::fs::File;
 use std::io::BufRead;
 
+use arrow_schema::{Field, Fields};
 use orc_rust::ArrowReaderBuilder;
 use orc_rust::arrow_reader::ArrowReader;
 use orc_rust::projection::ProjectionMask;
+use orc_rust::schema::DataType as OrcType;
 
-use super::typed::{Rows, TypedBatches, invalid, select, spool};
+use super::arrays::Level;
+use super::typed::{Rows, TypedBatches, invalid, spool, typed};
 use super::{ConvertError, ConvertSpec};
-use crate::schema::ColumnType;
+use crate::schema::FieldType;
 
 /// Batches of a spooled ORC file in the spec's schema.
 pub(super) type OrcBatches = TypedBatches<ArrowReader<File>>;
@@ -37,7 +40,7 @@ pub(super) type OrcBatches = TypedBatches<ArrowReader<File>>;
 pub(super) fn batches(
     input: impl BufRead,
     spec: &ConvertSpec,
-    types: &[ColumnType],
+    types: &[FieldType],
 ) -> Result<OrcBatches, ConvertError> {
     let file = spool(input)?;
     let builder = ArrowReaderBuilder::try_new(file)
@@ -56,25 +59,24 @@ pub(super) fn batches(
     }
     let root = metadata.root_data_type().clone();
     let children = root.children();
-    let selection = select(children.iter().map(|c| c.name()), spec)?;
-    let projected: Vec<_> = selection
-        .roots
+    let fields: Fields = children
         .iter()
-        .map(|&at| children[at].data_type().to_arrow_data_type())
+        .map(|c| Field::new(c.name(), c.data_type().to_arrow_data_type(), true))
         .collect();
-    let projected_refs: Vec<_> = projected.iter().collect();
-    let roots = selection.roots.clone();
-    let typed = selection.plan(spec, types, &projected_refs)?;
+    let statistics = metadata.column_file_statistics();
+    let counted = |at: usize, levels: &[Level]| {
+        let column = column_at(children[at].data_type(), levels)?.column_index();
+        statistics.get(column).map(|s| s.number_of_values())
+    };
+    let (typed, needs) = typed(&fields, spec, types, counted)?;
 
-    let rows_from = if roots.is_empty() || total == 0 {
+    let rows_from = if needs.is_empty() || total == 0 {
         Rows::Blank(total)
     } else {
-        let mask = ProjectionMask::roots(
-            &root,
-            roots
-                .iter()
-                .map(|&at| children[at].data_type().column_index()),
-        );
+        let roots = needs
+            .keys()
+            .map(|&at| children[at].data_type().column_index());
+        let mask = ProjectionMask::roots(&root, roots);
         let reader = builder
             .with_projection(mask)
             .with_batch_size(spec.batch_rows)
@@ -91,6 +93,22 @@ pub(super) fn batches(
         "ORC",
         Some(total),
     ))
+}
+
+/// The ORC column at `levels` (struct fields, any element, any value) inside `data_type`.
+fn column_at<'a>(data_type: &'a OrcType, levels: &[Level]) -> Option<&'a OrcType> {
+    let Some((level, rest)) = levels.split_first() else {
+        return Some(data_type);
+    };
+    let inner = match (level, data_type) {
+        (Level::Field { name, .. }, OrcType::Struct { children, .. }) => {
+            children.iter().find(|c| c.name() == name)?.data_type()
+        }
+        (Level::Elements, OrcType::List { child, .. }) => child,
+        (Level::Values, OrcType::Map { value, .. }) => value,
+        _ => return None,
+    };
+    column_at(inner, rest)
 }
 
 #[cfg(test)]

@@ -15,12 +15,15 @@
 
 use std::io::BufRead;
 
+use arrow_schema::DataType;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::file::metadata::ParquetMetaData;
 
-use super::typed::{Rows, TypedBatches, invalid, select, spool};
+use super::arrays::{Cover, Level, element_type};
+use super::typed::{Rows, TypedBatches, invalid, spool, typed};
 use super::{ConvertError, ConvertSpec};
-use crate::schema::ColumnType;
+use crate::schema::FieldType;
 
 /// Batches of a spooled Parquet file in the spec's schema.
 pub(super) type ParquetBatches = TypedBatches<ParquetRecordBatchReader>;
@@ -29,7 +32,7 @@ pub(super) type ParquetBatches = TypedBatches<ParquetRecordBatchReader>;
 pub(super) fn batches(
     input: impl BufRead,
     spec: &ConvertSpec,
-    types: &[ColumnType],
+    types: &[FieldType],
 ) -> Result<ParquetBatches, ConvertError> {
     let file = spool(input)?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
@@ -43,20 +46,38 @@ pub(super) fn batches(
         )));
     }
     let file_schema = builder.schema().clone();
-    let selection = select(file_schema.fields().iter().map(|f| f.name().as_str()), spec)?;
-    let projected: Vec<_> = selection
-        .roots
-        .iter()
-        .map(|&root| file_schema.field(root).data_type())
-        .collect();
-    let roots = selection.roots.clone();
-    let typed = selection.plan(spec, types, &projected)?;
+    let fields = file_schema.fields();
+    // The first leaf (Parquet column) of each top-level column, when the Arrow schema's
+    // leaves are the file's: then nested fields are projected alone, and a field the schema
+    // does not name is counted from the footer.
+    let mut firsts = Vec::with_capacity(fields.len());
+    let mut leaf = 0;
+    for field in fields {
+        firsts.push(leaf);
+        leaf += leaves(field.data_type());
+    }
+    let firsts = (leaf == builder.parquet_schema().num_columns()).then_some(firsts);
+    let counted = |root: usize, levels: &[Level]| {
+        let first = firsts.as_ref()?[root];
+        footer_count(&metadata, leaf_at(fields[root].data_type(), levels, first)?)
+    };
+    let (typed, needs) = typed(fields, spec, types, counted)?;
 
     let rows = u64::try_from(total).unwrap_or_default();
-    let rows_from = if roots.is_empty() || rows == 0 {
+    let rows_from = if needs.is_empty() || rows == 0 {
         Rows::Blank(rows)
     } else {
-        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let parquet_schema = builder.parquet_schema();
+        let mask = match &firsts {
+            Some(firsts) => {
+                let mut read = Vec::new();
+                for (&root, cover) in &needs {
+                    needed(fields[root].data_type(), cover, firsts[root], &mut read);
+                }
+                ProjectionMask::leaves(parquet_schema, read)
+            }
+            None => ProjectionMask::roots(parquet_schema, needs.keys().copied()),
+        };
         let reader = builder
             .with_projection(mask)
             .with_batch_size(spec.batch_rows)
@@ -68,6 +89,102 @@ pub(super) fn batches(
         }
     };
     Ok(TypedBatches::new(rows_from, typed, spec, "Parquet", None))
+}
+
+/// The Parquet columns (leaves) a value of Arrow type `data_type` is stored in.
+fn leaves(data_type: &DataType) -> usize {
+    match data_type {
+        DataType::Struct(children) => children.iter().map(|c| leaves(c.data_type())).sum(),
+        DataType::Map(entries, _) => leaves(entries.data_type()),
+        other => element_type(other).map_or(1, leaves),
+    }
+}
+
+/// Adds to `read` the leaves (from `first`) of a value of type `data_type` that `cover`
+/// reads: a map's keys always, and one field of a struct none of whose fields is read
+/// (for the struct's NULLs).
+fn needed(data_type: &DataType, cover: &Cover, first: usize, read: &mut Vec<usize>) {
+    match (cover, data_type) {
+        (Cover::Fields(covered), DataType::Struct(children)) => {
+            let before = read.len();
+            let mut at = first;
+            for (position, child) in children.iter().enumerate() {
+                if let Some(cover) = covered.get(&position) {
+                    needed(child.data_type(), cover, at, read);
+                }
+                at += leaves(child.data_type());
+            }
+            if read.len() == before && at > first {
+                read.push(first);
+            }
+        }
+        (Cover::Values(cover), DataType::Map(entries, _)) => match entries.data_type() {
+            DataType::Struct(kv) if kv.len() == 2 => {
+                let keys = leaves(kv[0].data_type());
+                read.extend(first..first + keys);
+                needed(kv[1].data_type(), cover, first + keys, read);
+            }
+            _ => read.extend(first..first + leaves(data_type)),
+        },
+        (Cover::Elements(cover), data_type) if element_type(data_type).is_some() => {
+            let element = element_type(data_type).unwrap_or(data_type);
+            needed(element, cover, first, read);
+        }
+        _ => read.extend(first..first + leaves(data_type)),
+    }
+}
+
+/// The leaf (from `first`) of the scalar at `levels` inside a value of type `data_type`,
+/// `None` when what is there is not a scalar.
+fn leaf_at(data_type: &DataType, levels: &[Level], first: usize) -> Option<usize> {
+    let Some((level, rest)) = levels.split_first() else {
+        let nested = matches!(data_type, DataType::Struct(_) | DataType::Map(..))
+            || element_type(data_type).is_some();
+        return (!nested).then_some(first);
+    };
+    match (level, data_type) {
+        (Level::Field { position, .. }, DataType::Struct(children)) => {
+            let before: usize = children[..*position]
+                .iter()
+                .map(|c| leaves(c.data_type()))
+                .sum();
+            leaf_at(children.get(*position)?.data_type(), rest, first + before)
+        }
+        (Level::Values, DataType::Map(entries, _)) => match entries.data_type() {
+            DataType::Struct(kv) if kv.len() == 2 => {
+                let keys = leaves(kv[0].data_type());
+                leaf_at(kv[1].data_type(), rest, first + keys)
+            }
+            _ => None,
+        },
+        (Level::Elements, data_type) => leaf_at(element_type(data_type)?, rest, first),
+        _ => None,
+    }
+}
+
+/// The values (not NULL) of the Parquet column `leaf` in the file, as its footer gives
+/// them without reading a page: its chunks' definition level histograms (the values at the
+/// highest level), else, for a column outside any list (one level a row), the chunks'
+/// values less their statistics' NULLs. `None` when a chunk says neither.
+fn footer_count(metadata: &ParquetMetaData, leaf: usize) -> Option<u64> {
+    let mut total = 0_u64;
+    for group in metadata.row_groups() {
+        let chunk = group.columns().get(leaf)?;
+        let descr = chunk.column_descr();
+        let (max_def, max_rep) = (descr.max_def_level(), descr.max_rep_level());
+        let values = if max_def == 0 && max_rep == 0 {
+            chunk.num_values()
+        } else if let Some(histogram) = chunk.definition_level_histogram() {
+            histogram.get(usize::try_from(max_def).ok()?)?
+        } else if max_rep == 0 {
+            let nulls = chunk.statistics()?.null_count_opt()?;
+            chunk.num_values().checked_sub(i64::try_from(nulls).ok()?)?
+        } else {
+            return None;
+        };
+        total = total.checked_add(u64::try_from(values).ok()?)?;
+    }
+    Some(total)
 }
 
 #[cfg(test)]
@@ -87,6 +204,7 @@ mod tests {
     use parquet::file::properties::WriterProperties;
 
     use super::super::testutil::*;
+    use super::super::typed::checks;
     use super::super::{
         Compression, ConvertError, ConvertSpec, InputFormat, SumValue, convert, decode,
     };
@@ -647,5 +765,25 @@ mod tests {
             parse_error(&out, &spec(r#"[{"name":"a","type":"int32"}]"#)),
             r#"column "a": appears more than once in the file"#
         );
+    }
+
+    /// [`checks::nested_batch`] as Parquet.
+    fn nested(properties: Option<WriterProperties>) -> Vec<u8> {
+        let batch = checks::nested_batch();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), properties).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        out
+    }
+
+    #[test]
+    fn nested_columns_paths_and_policies() {
+        let bytes = nested(None);
+        checks::nested_columns_round_trip(InputFormat::Parquet, &bytes);
+        checks::paths_read_the_values_there(InputFormat::Parquet, &bytes);
+        checks::json_columns(InputFormat::Parquet, &bytes);
+        checks::unknown_fields_by_policy(InputFormat::Parquet, &bytes);
+        checks::bad_values_by_policy(InputFormat::Parquet, &bytes);
     }
 }

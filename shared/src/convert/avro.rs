@@ -343,6 +343,7 @@ mod tests {
     use arrow_avro::writer::format::AvroOcfFormat;
 
     use super::super::testutil::*;
+    use super::super::typed::checks;
     use super::super::{Compression, ConvertError, ConvertSpec, InputFormat, SumValue, decode};
 
     /// An Avro file of `columns` (name, values), `block_rows` rows per block.
@@ -704,5 +705,21 @@ mod tests {
             parse_error(&bytes, &spec(r#"[{"name":"a","type":"int64"}]"#)),
             "not a valid Avro file: its schema is not a record's (one column per field)"
         );
+    }
+
+    #[test]
+    fn nested_columns_paths_and_policies() {
+        let batch = checks::nested_batch();
+        let mut writer = WriterBuilder::new(batch.schema().as_ref().clone())
+            .build::<_, AvroOcfFormat>(Vec::new())
+            .unwrap();
+        writer.write(&batch).unwrap();
+        writer.finish().unwrap();
+        let bytes = writer.into_inner();
+        checks::nested_columns_round_trip(InputFormat::Avro, &bytes);
+        checks::paths_read_the_values_there(InputFormat::Avro, &bytes);
+        checks::json_columns(InputFormat::Avro, &bytes);
+        checks::unknown_fields_by_policy(InputFormat::Avro, &bytes);
+        checks::bad_values_by_policy(InputFormat::Avro, &bytes);
     }
 }

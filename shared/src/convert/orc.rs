@@ -119,6 +119,7 @@ mod tests {
     use orc_rust::ArrowWriterBuilder;
 
     use super::super::testutil::*;
+    use super::super::typed::checks;
     use super::super::{Compression, ConvertError, ConvertSpec, InputFormat, SumValue, decode};
 
     /// An ORC file of `columns` (name, values), stripes of about `stripe_bytes`.
@@ -381,5 +382,15 @@ mod tests {
             err.starts_with("not a valid file: its reader failed on it ("),
             "{err}"
         );
+    }
+
+    #[test]
+    fn nested_columns_paths_and_policies() {
+        let bytes = fixture("nested.orc");
+        checks::nested_columns_round_trip(InputFormat::Orc, &bytes);
+        checks::paths_read_the_values_there(InputFormat::Orc, &bytes);
+        checks::json_columns(InputFormat::Orc, &bytes);
+        checks::unknown_fields_by_policy(InputFormat::Orc, &bytes);
+        checks::bad_values_by_policy(InputFormat::Orc, &bytes);
     }
 }

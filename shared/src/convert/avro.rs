@@ -344,7 +344,7 @@ mod tests {
 
     use super::super::testutil::*;
     use super::super::typed::checks;
-    use super::super::{Compression, ConvertError, ConvertSpec, InputFormat, SumValue, decode};
+    use super::super::{ConvertError, ConvertSpec, InputFormat, SumValue};
 
     /// An Avro file of `columns` (name, values), `block_rows` rows per block.
     fn file_with(
@@ -375,65 +375,11 @@ mod tests {
         ConvertSpec::new(InputFormat::Avro, schema(columns))
     }
 
-    const ORDERS: &str = r#"[
-        {"name": "order_id", "type": "int64", "nullable": false},
-        {"name": "customer", "type": "string"},
-        {"name": "quantity", "type": "int32"},
-        {"name": "amount", "type": "decimal(12,2)"},
-        {"name": "ordered_at", "type": "timestamp"}
-    ]"#;
-
-    /// Rows, quantity and amount (in cents) of `orders_csv(1, 1000)`, the fixtures' rows.
-    fn fixture_totals() -> (u64, i128, i128) {
-        let ids = 1..=1000_i128;
-        let quantity = ids.clone().map(|id| id % 7 + 1).sum();
-        let cents = ids.map(|id| (id % 1000) * 101 + 5).sum();
-        (1000, quantity, cents)
-    }
-
-    fn fixture(name: &str) -> Vec<u8> {
-        let path = format!(
-            "{}/../tests/fixtures/avro_orc/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-    }
-
     #[test]
     fn files_of_every_codec_written_by_fastavro_read_exactly() {
-        let mut spec = spec(ORDERS);
-        spec.sum_columns = vec!["quantity".into(), "amount".into()];
-        spec.batch_rows = 300;
-        let (rows, quantity, cents) = fixture_totals();
         for codec in ["null", "deflate", "snappy", "zstandard", "bzip2", "xz"] {
-            let bytes = fixture(&format!("orders-{codec}.avro"));
-            let (stats, file) = run(&bytes, &spec);
-            assert_eq!(stats.rows, rows, "{codec}");
-            assert_eq!(stats.sums["quantity"], SumValue::Int(quantity), "{codec}");
-            assert_eq!(
-                stats.sums["amount"],
-                SumValue::Decimal {
-                    unscaled: cents,
-                    scale: 2
-                },
-                "{codec}"
-            );
-            assert_eq!(
-                file.rows[0],
-                ["1", "Customer, 1", "2", "1.06", "2024-03-02T10:01:00Z"],
-                "{codec}"
-            );
-            assert_eq!(
-                file.rows[999],
-                [
-                    "1000",
-                    "Customer, 1000",
-                    "7",
-                    "0.05",
-                    "2024-03-21T10:40:00Z"
-                ],
-                "{codec}"
-            );
+            let bytes = checks::fixture(&format!("orders-{codec}.avro"));
+            checks::orders(InputFormat::Avro, &bytes, codec);
         }
     }
 
@@ -505,90 +451,21 @@ mod tests {
 
     #[test]
     fn a_file_that_breaks_the_contract_fails_naming_the_column() {
-        let bytes = file(vec![
-            ("n", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
-            ("s", Arc::new(StringArray::from(vec!["a", "b"]))),
-        ]);
-        for (columns, error) in [
-            (
-                r#"[{"name":"n","type":"int32"}]"#,
-                r#"column "n": type Int64 in the file cannot be read as int32"#,
-            ),
-            (
-                r#"[{"name":"s","type":"int64"}]"#,
-                r#"column "s": type Utf8 in the file cannot be read as int64"#,
-            ),
-            (
-                r#"[{"name":"n","type":"int64"},{"name":"id","type":"int64","nullable":false}]"#,
-                r#"column "id": missing from the file, and the source's schema requires it"#,
-            ),
-        ] {
-            assert_eq!(parse_error(&bytes, &spec(columns)), error);
-        }
-        let nulls = file(vec![(
-            "n",
-            Arc::new(Int64Array::from(vec![Some(1), None])) as ArrayRef,
-        )]);
-        assert_eq!(
-            parse_error(
-                &nulls,
-                &spec(r#"[{"name":"n","type":"int64","nullable":false}]"#)
-            ),
-            r#"row 2: column "n": missing value in a non-nullable column"#
-        );
+        checks::a_file_that_breaks_the_contract(InputFormat::Avro, file);
     }
 
     #[test]
     fn many_blocks_stream_in_bounded_batches() {
-        let n = 20_000;
-        let bytes = file_with(
-            vec![
-                (
-                    "wide",
-                    Arc::new(StringArray::from_iter_values(
-                        (0..n).map(|i| format!("{i:0>200}")),
-                    )) as ArrayRef,
-                ),
-                ("n", Arc::new(Int32Array::from_iter_values(0..n))),
-            ],
-            777,
-            Some(CompressionCodec::Deflate),
-        );
-        let mut spec = spec(r#"[{"name":"n","type":"int64","nullable":false}]"#);
-        spec.batch_rows = 300;
-        spec.sum_columns = vec!["n".into()];
-        let mut batches = 0;
-        let stats = decode(&bytes[..], &spec, |batch| {
-            assert!(batch.num_rows() <= 300, "{}", batch.num_rows());
-            assert_eq!(batch.num_columns(), 1, "only the schema's column");
-            batches += 1;
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(stats.rows, n as u64);
-        assert!(batches >= n as usize / 300, "{batches}");
-        assert_eq!(
-            stats.sums["n"],
-            SumValue::Int(i128::from(n - 1) * i128::from(n) / 2)
-        );
-        assert_eq!(stats.bytes_decoded, bytes.len() as u64);
+        let columns = checks::wide_and_numbered(20_000);
+        let bytes = file_with(columns, 777, Some(CompressionCodec::Deflate));
+        checks::streams_in_bounded_batches(InputFormat::Avro, &bytes, 20_000);
     }
 
     #[test]
     fn no_column_of_the_schema_gives_null_rows_of_the_files_length() {
-        let bytes = file_with(
-            vec![(
-                "other",
-                Arc::new(Int32Array::from_iter_values(0..7)) as ArrayRef,
-            )],
-            3,
-            None,
-        );
-        let mut spec = spec(r#"[{"name":"a","type":"string"}]"#);
-        spec.batch_rows = 2;
-        let (stats, file) = run(&bytes, &spec);
-        assert_eq!(stats.rows, 7);
-        assert!(file.rows.iter().all(|r| r == &["∅"]));
+        let other = Arc::new(Int32Array::from_iter_values(0..7)) as ArrayRef;
+        let bytes = file_with(vec![("other", other)], 3, None);
+        checks::no_schema_column_gives_null_rows(InputFormat::Avro, &bytes);
     }
 
     #[test]
@@ -597,17 +474,7 @@ mod tests {
             ("b", Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef),
             ("a", Arc::new(Int32Array::from(vec![4, 5]))),
         ]);
-        let mut spec = spec(r#"[{"name":"a","type":"int64"},{"name":"b","type":"string"}]"#);
-        spec.sum_columns = vec!["a".into()];
-        for (compression, wrapped) in [
-            (Compression::Gzip, gzip(&bytes)),
-            (Compression::Zstd, zstd(&bytes)),
-        ] {
-            spec.compression = compression;
-            let (stats, file) = run(&wrapped, &spec);
-            assert_eq!(file.rows, text_rows(&["4|x", "5|y"]), "{compression}");
-            assert_eq!(stats.sums["a"], SumValue::Int(9));
-        }
+        checks::read_through_wrappers(InputFormat::Avro, &bytes);
     }
 
     #[test]
@@ -620,22 +487,7 @@ mod tests {
             Some(CompressionCodec::Snappy),
             Some(CompressionCodec::ZStandard),
         ] {
-            let bytes = file_with(
-                vec![
-                    (
-                        "a",
-                        Arc::new(Int64Array::from_iter_values(0..3000)) as ArrayRef,
-                    ),
-                    (
-                        "s",
-                        Arc::new(StringArray::from_iter_values(
-                            (0..3000).map(|i| format!("v{}", i % 17)),
-                        )),
-                    ),
-                ],
-                700,
-                codec,
-            );
+            let bytes = file_with(checks::numbered_and_repeated(), 700, codec);
             for input in [&b""[..], b"Obj\x01", ALL_TYPES_CSV.as_bytes()] {
                 let err = fail(input, &spec);
                 assert!(
@@ -716,10 +568,6 @@ mod tests {
         writer.write(&batch).unwrap();
         writer.finish().unwrap();
         let bytes = writer.into_inner();
-        checks::nested_columns_round_trip(InputFormat::Avro, &bytes);
-        checks::paths_read_the_values_there(InputFormat::Avro, &bytes);
-        checks::json_columns(InputFormat::Avro, &bytes);
-        checks::unknown_fields_by_policy(InputFormat::Avro, &bytes);
-        checks::bad_values_by_policy(InputFormat::Avro, &bytes);
+        checks::nested(InputFormat::Avro, &bytes);
     }
 }

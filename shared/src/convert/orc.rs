@@ -120,7 +120,7 @@ mod tests {
 
     use super::super::testutil::*;
     use super::super::typed::checks;
-    use super::super::{Compression, ConvertError, ConvertSpec, InputFormat, SumValue, decode};
+    use super::super::{ConvertSpec, InputFormat, SumValue};
 
     /// An ORC file of `columns` (name, values), stripes of about `stripe_bytes`.
     fn file_with(columns: Vec<(&str, ArrayRef)>, stripe_bytes: usize) -> Vec<u8> {
@@ -148,58 +148,11 @@ mod tests {
         ConvertSpec::new(InputFormat::Orc, schema(columns))
     }
 
-    fn fixture(name: &str) -> Vec<u8> {
-        let path = format!(
-            "{}/../tests/fixtures/avro_orc/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-    }
-
     #[test]
     fn files_of_every_codec_written_by_pyarrow_read_exactly() {
-        let mut spec = spec(
-            r#"[{"name": "order_id", "type": "int64", "nullable": false},
-                {"name": "customer", "type": "string"},
-                {"name": "quantity", "type": "int32"},
-                {"name": "amount", "type": "decimal(12,2)"},
-                {"name": "ordered_at", "type": "timestamp"}]"#,
-        );
-        spec.sum_columns = vec!["quantity".into(), "amount".into()];
-        spec.batch_rows = 300;
-        // The rows of `orders_csv(1, 1000)`.
-        let ids = 1..=1000_i128;
-        let quantity: i128 = ids.clone().map(|id| id % 7 + 1).sum();
-        let cents: i128 = ids.map(|id| (id % 1000) * 101 + 5).sum();
         for codec in ["uncompressed", "zlib", "snappy", "lz4", "zstd"] {
-            let bytes = fixture(&format!("orders-{codec}.orc"));
-            let (stats, file) = run(&bytes, &spec);
-            assert_eq!(stats.rows, 1000, "{codec}");
-            assert_eq!(stats.sums["quantity"], SumValue::Int(quantity), "{codec}");
-            assert_eq!(
-                stats.sums["amount"],
-                SumValue::Decimal {
-                    unscaled: cents,
-                    scale: 2
-                },
-                "{codec}"
-            );
-            assert_eq!(
-                file.rows[0],
-                ["1", "Customer, 1", "2", "1.06", "2024-03-02T10:01:00Z"],
-                "{codec}"
-            );
-            assert_eq!(
-                file.rows[999],
-                [
-                    "1000",
-                    "Customer, 1000",
-                    "7",
-                    "0.05",
-                    "2024-03-21T10:40:00Z"
-                ],
-                "{codec}"
-            );
+            let bytes = checks::fixture(&format!("orders-{codec}.orc"));
+            checks::orders(InputFormat::Orc, &bytes, codec);
         }
     }
 
@@ -225,90 +178,33 @@ mod tests {
 
     #[test]
     fn a_file_that_breaks_the_contract_fails_naming_the_column() {
-        let bytes = file(vec![
-            ("n", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
-            ("x", Arc::new(Float64Array::from(vec![1.0, 2.0]))),
-        ]);
-        for (columns, error) in [
-            (
-                r#"[{"name":"n","type":"int32"}]"#,
-                r#"column "n": type Int64 in the file cannot be read as int32"#,
-            ),
-            (
-                r#"[{"name":"x","type":"decimal(12,2)"}]"#,
-                r#"column "x": type Float64 in the file cannot be read as decimal(12,2)"#,
-            ),
-            (
-                r#"[{"name":"n","type":"int64"},{"name":"id","type":"int64","nullable":false}]"#,
-                r#"column "id": missing from the file, and the source's schema requires it"#,
-            ),
-        ] {
-            assert_eq!(parse_error(&bytes, &spec(columns)), error);
-        }
-        let nulls = file(vec![(
-            "n",
-            Arc::new(Int64Array::from(vec![Some(1), None])) as ArrayRef,
+        checks::a_file_that_breaks_the_contract(InputFormat::Orc, file);
+        let doubles = file(vec![(
+            "x",
+            Arc::new(Float64Array::from(vec![1.0])) as ArrayRef,
         )]);
         assert_eq!(
-            parse_error(
-                &nulls,
-                &spec(r#"[{"name":"n","type":"int64","nullable":false}]"#)
-            ),
-            r#"row 2: column "n": missing value in a non-nullable column"#
+            parse_error(&doubles, &spec(r#"[{"name":"x","type":"decimal(12,2)"}]"#)),
+            r#"column "x": type Float64 in the file cannot be read as decimal(12,2)"#
         );
     }
 
     #[test]
     fn many_stripes_stream_in_bounded_batches() {
-        let n = 20_000;
-        let bytes = file_with(
-            vec![
-                (
-                    "wide",
-                    Arc::new(StringArray::from_iter_values(
-                        (0..n).map(|i| format!("{i:0>200}")),
-                    )) as ArrayRef,
-                ),
-                ("n", Arc::new(Int64Array::from_iter_values(0..n))),
-            ],
-            256 << 10,
-        );
+        let bytes = file_with(checks::wide_and_numbered(20_000), 256 << 10);
         let stripes = orc_rust::ArrowReaderBuilder::try_new(bytes::Bytes::from(bytes.clone()))
             .unwrap()
             .file_metadata()
             .stripe_metadatas()
             .len();
         assert!(stripes > 3, "{stripes}");
-        let mut spec = spec(r#"[{"name":"n","type":"int64","nullable":false}]"#);
-        spec.batch_rows = 300;
-        spec.sum_columns = vec!["n".into()];
-        let mut batches = 0;
-        let stats = decode(&bytes[..], &spec, |batch| {
-            assert!(batch.num_rows() <= 300, "{}", batch.num_rows());
-            assert_eq!(batch.num_columns(), 1, "only the schema's column");
-            batches += 1;
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(stats.rows, n as u64);
-        assert!(batches >= n as usize / 300, "{batches}");
-        assert_eq!(
-            stats.sums["n"],
-            SumValue::Int(i128::from(n - 1) * i128::from(n) / 2)
-        );
+        checks::streams_in_bounded_batches(InputFormat::Orc, &bytes, 20_000);
     }
 
     #[test]
     fn no_column_of_the_schema_gives_null_rows_of_the_files_length() {
-        let bytes = file(vec![(
-            "other",
-            Arc::new(Int64Array::from_iter_values(0..7)) as ArrayRef,
-        )]);
-        let mut spec = spec(r#"[{"name":"a","type":"string"}]"#);
-        spec.batch_rows = 2;
-        let (stats, file) = run(&bytes, &spec);
-        assert_eq!(stats.rows, 7);
-        assert!(file.rows.iter().all(|r| r == &["∅"]));
+        let other = Arc::new(Int64Array::from_iter_values(0..7)) as ArrayRef;
+        checks::no_schema_column_gives_null_rows(InputFormat::Orc, &file(vec![("other", other)]));
     }
 
     #[test]
@@ -317,36 +213,18 @@ mod tests {
             ("b", Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef),
             ("a", Arc::new(Int64Array::from(vec![4, 5]))),
         ]);
-        let mut spec = spec(r#"[{"name":"a","type":"int64"},{"name":"b","type":"string"}]"#);
-        spec.sum_columns = vec!["a".into()];
-        for (compression, wrapped) in [
-            (Compression::Gzip, gzip(&bytes)),
-            (Compression::Zstd, zstd(&bytes)),
-        ] {
-            spec.compression = compression;
-            let (stats, file) = run(&wrapped, &spec);
-            assert_eq!(file.rows, text_rows(&["4|x", "5|y"]), "{compression}");
-            assert_eq!(stats.sums["a"], SumValue::Int(9));
-            assert_eq!(stats.bytes_decoded, bytes.len() as u64);
-        }
+        checks::read_through_wrappers(InputFormat::Orc, &bytes);
     }
 
     #[test]
     fn the_spool_is_bounded_by_max_decoded_bytes() {
-        let bytes = file(vec![(
-            "a",
-            Arc::new(Int64Array::from_iter_values(0..1000)) as ArrayRef,
-        )]);
-        let mut spec = spec(r#"[{"name":"a","type":"int64"}]"#);
-        spec.max_decoded_bytes = Some(bytes.len() as u64 - 1);
-        assert!(matches!(fail(&bytes, &spec), ConvertError::TooLarge { .. }));
-        spec.max_decoded_bytes = Some(bytes.len() as u64);
-        assert_eq!(run(&bytes, &spec).0.rows, 1000);
+        let a = Arc::new(Int64Array::from_iter_values(0..1000)) as ArrayRef;
+        checks::the_spool_is_bounded(InputFormat::Orc, &file(vec![("a", a)]));
     }
 
     #[test]
     fn truncated_or_foreign_files_are_errors() {
-        let bytes = fixture("orders-zstd.orc");
+        let bytes = checks::fixture("orders-zstd.orc");
         let spec = spec(
             r#"[{"name":"order_id","type":"int64","nullable":false},{"name":"customer","type":"string"}]"#,
         );
@@ -373,7 +251,7 @@ mod tests {
     /// that loops forever is not caught: see the README's limits.)
     #[test]
     fn a_file_on_which_orc_rust_panics_fails_as_invalid() {
-        let bytes = fixture("orders-zstd.orc");
+        let bytes = checks::fixture("orders-zstd.orc");
         let spec = spec(r#"[{"name":"order_id","type":"int64"}]"#);
         // Only the guard writes this message: when orc-rust stops panicking here, the file
         // fails with its own error, this assertion fails, and the README's limits want a look.
@@ -386,11 +264,32 @@ mod tests {
 
     #[test]
     fn nested_columns_paths_and_policies() {
-        let bytes = fixture("nested.orc");
-        checks::nested_columns_round_trip(InputFormat::Orc, &bytes);
-        checks::paths_read_the_values_there(InputFormat::Orc, &bytes);
-        checks::json_columns(InputFormat::Orc, &bytes);
-        checks::unknown_fields_by_policy(InputFormat::Orc, &bytes);
-        checks::bad_values_by_policy(InputFormat::Orc, &bytes);
+        let bytes = checks::fixture("nested.orc");
+        checks::nested(InputFormat::Orc, &bytes);
+    }
+
+    #[test]
+    fn unknown_fields_are_counted_from_the_files_statistics() {
+        use super::super::arrays::Level;
+        let builder = orc_rust::ArrowReaderBuilder::try_new(bytes::Bytes::from(checks::fixture(
+            "nested.orc",
+        )))
+        .unwrap();
+        let metadata = builder.file_metadata();
+        let children = metadata.root_data_type().children();
+        let count = |root: usize, levels: &[Level]| {
+            let column = super::column_at(children[root].data_type(), levels)?;
+            Some(metadata.column_file_statistics()[column.column_index()].number_of_values())
+        };
+        let field = |name: &str| Level::Field {
+            name: name.into(),
+            position: 0,
+        };
+        assert_eq!(count(1, &[field("extra")]), Some(1));
+        assert_eq!(count(4, &[Level::Elements, field("note")]), Some(2));
+        assert_eq!(count(5, &[]), Some(2), "the lists, not their elements");
+        assert_eq!(count(5, &[Level::Elements]), Some(2));
+        assert_eq!(count(3, &[Level::Values]), Some(3));
+        assert_eq!(count(1, &[field("nope")]), None);
     }
 }

@@ -205,9 +205,7 @@ mod tests {
 
     use super::super::testutil::*;
     use super::super::typed::checks;
-    use super::super::{
-        Compression, ConvertError, ConvertSpec, InputFormat, SumValue, convert, decode,
-    };
+    use super::super::{ConvertError, ConvertSpec, InputFormat, SumValue, convert};
 
     /// A Parquet file of `columns` (name, values), `row_group_rows` rows per row group.
     fn file_with(columns: Vec<(&str, ArrayRef)>, row_group_rows: usize) -> Vec<u8> {
@@ -561,56 +559,19 @@ mod tests {
 
     #[test]
     fn many_row_groups_stream_in_bounded_batches() {
-        let n = 20_000;
-        let bytes = file_with(
-            vec![
-                (
-                    "wide",
-                    Arc::new(StringArray::from_iter_values(
-                        (0..n).map(|i| format!("{i:0>200}")),
-                    )) as ArrayRef,
-                ),
-                ("n", Arc::new(Int32Array::from_iter_values(0..n))),
-            ],
-            1000,
-        );
-        let mut spec = spec(r#"[{"name":"n","type":"int64","nullable":false}]"#);
-        spec.batch_rows = 300;
-        spec.sum_columns = vec!["n".into()];
-        let mut batches = 0;
-        let stats = decode(&bytes[..], &spec, |batch| {
-            assert!(batch.num_rows() <= 300, "{}", batch.num_rows());
-            assert_eq!(batch.num_columns(), 1, "only the schema's column");
-            batches += 1;
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(stats.rows, n as u64);
-        assert!(batches >= n as usize / 300, "{batches}");
-        assert_eq!(
-            stats.sums["n"],
-            SumValue::Int(i128::from(n - 1) * i128::from(n) / 2)
-        );
+        let bytes = file_with(checks::wide_and_numbered(20_000), 1000);
+        let mut spec = checks::streams_in_bounded_batches(InputFormat::Parquet, &bytes, 20_000);
         spec.row_group_rows = 5000;
         let (stats, file) = run(&bytes, &spec);
-        assert_eq!((stats.rows, stats.row_groups), (n as u64, 4));
+        assert_eq!((stats.rows, stats.row_groups), (20_000, 4));
         assert_eq!(file.rows[12_345], ["12345"]);
     }
 
     #[test]
     fn all_columns_missing_gives_null_rows_of_the_files_length() {
-        let bytes = file_with(
-            vec![(
-                "other",
-                Arc::new(Int32Array::from_iter_values(0..7)) as ArrayRef,
-            )],
-            3,
-        );
-        let mut spec = spec(r#"[{"name":"a","type":"string"}]"#);
-        spec.batch_rows = 2;
-        let (stats, file) = run(&bytes, &spec);
-        assert_eq!(stats.rows, 7);
-        assert!(file.rows.iter().all(|r| r == &["∅"]));
+        let other = Arc::new(Int32Array::from_iter_values(0..7)) as ArrayRef;
+        let bytes = file_with(vec![("other", other)], 3);
+        checks::no_schema_column_gives_null_rows(InputFormat::Parquet, &bytes);
     }
 
     #[test]
@@ -632,54 +593,18 @@ mod tests {
             ("b", Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef),
             ("a", Arc::new(Int32Array::from(vec![4, 5]))),
         ]);
-        let mut spec = spec(r#"[{"name":"a","type":"int64"},{"name":"b","type":"string"}]"#);
-        spec.sum_columns = vec!["a".into()];
-        for (compression, wrapped) in [
-            (Compression::Gzip, gzip(&bytes)),
-            (Compression::Zstd, zstd(&bytes)),
-        ] {
-            spec.compression = compression;
-            let (stats, file) = run(&wrapped, &spec);
-            assert_eq!(file.rows, text_rows(&["4|x", "5|y"]), "{compression}");
-            assert_eq!(stats.sums["a"], SumValue::Int(9));
-            assert_eq!(stats.bytes_read, wrapped.len() as u64);
-            assert_eq!(stats.bytes_decoded, bytes.len() as u64);
-            // A truncated wrapper is a decompression error, as for text.
-            let err = fail(&wrapped[..wrapped.len() - 8], &spec);
-            assert!(matches!(err, ConvertError::Decompress { .. }), "{err:?}");
-        }
+        checks::read_through_wrappers(InputFormat::Parquet, &bytes);
     }
 
     #[test]
     fn the_spool_is_bounded_by_max_decoded_bytes() {
-        let bytes = file(vec![(
-            "a",
-            Arc::new(Int32Array::from_iter_values(0..1000)) as ArrayRef,
-        )]);
-        let mut spec = spec(r#"[{"name":"a","type":"int32"}]"#);
-        spec.max_decoded_bytes = Some(bytes.len() as u64 - 1);
-        assert!(matches!(fail(&bytes, &spec), ConvertError::TooLarge { .. }));
-        spec.max_decoded_bytes = Some(bytes.len() as u64);
-        assert_eq!(run(&bytes, &spec).0.rows, 1000);
+        let a = Arc::new(Int32Array::from_iter_values(0..1000)) as ArrayRef;
+        checks::the_spool_is_bounded(InputFormat::Parquet, &file(vec![("a", a)]));
     }
 
     #[test]
     fn corrupt_or_truncated_files_are_errors_never_panics() {
-        let bytes = file_with(
-            vec![
-                (
-                    "a",
-                    Arc::new(Int64Array::from_iter_values(0..3000)) as ArrayRef,
-                ),
-                (
-                    "s",
-                    Arc::new(StringArray::from_iter_values(
-                        (0..3000).map(|i| format!("v{}", i % 17)),
-                    )),
-                ),
-            ],
-            700,
-        );
+        let bytes = file_with(checks::numbered_and_repeated(), 700);
         let spec =
             spec(r#"[{"name":"a","type":"int64","nullable":false},{"name":"s","type":"string"}]"#);
         for input in [
@@ -780,10 +705,72 @@ mod tests {
     #[test]
     fn nested_columns_paths_and_policies() {
         let bytes = nested(None);
-        checks::nested_columns_round_trip(InputFormat::Parquet, &bytes);
-        checks::paths_read_the_values_there(InputFormat::Parquet, &bytes);
-        checks::json_columns(InputFormat::Parquet, &bytes);
-        checks::unknown_fields_by_policy(InputFormat::Parquet, &bytes);
-        checks::bad_values_by_policy(InputFormat::Parquet, &bytes);
+        checks::nested(InputFormat::Parquet, &bytes);
+    }
+
+    #[test]
+    fn unknown_leaves_are_counted_from_the_footer_and_only_read_leaves_projected() {
+        use super::super::arrays::{Cover, Level};
+        use super::{footer_count, leaf_at, leaves, needed};
+
+        let field = |name: &str, position| Level::Field {
+            name: name.into(),
+            position,
+        };
+        let count = |bytes: Vec<u8>, root: usize, levels: &[Level]| {
+            let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                bytes::Bytes::from(bytes),
+            )
+            .unwrap();
+            let fields = builder.schema().fields().clone();
+            let first: usize = fields[..root].iter().map(|f| leaves(f.data_type())).sum();
+            let leaf = leaf_at(fields[root].data_type(), levels, first)?;
+            footer_count(builder.metadata(), leaf)
+        };
+        // Leaves: id 0, user.name 1, .age 2, .extra 3, tags 4, attrs' keys 5 and values 6,
+        // events' at 7, kind 8, note 9, moments 10, payload 11.
+        let extra = [field("extra", 2)];
+        let note = [Level::Elements, field("note", 2)];
+        assert_eq!(count(nested(None), 1, &extra), Some(1));
+        assert_eq!(count(nested(None), 4, &note), Some(2));
+        assert_eq!(count(nested(None), 6, &[]), Some(2));
+        assert_eq!(
+            count(nested(None), 5, &[]),
+            None,
+            "a list: read to be counted"
+        );
+        // Without statistics (nor level histograms) in the footer, the values are read.
+        let bare = || {
+            let properties = WriterProperties::builder()
+                .set_statistics_enabled(parquet::file::properties::EnabledStatistics::None)
+                .build();
+            nested(Some(properties))
+        };
+        assert_eq!(count(bare(), 1, &extra), None);
+        assert_eq!(count(bare(), 4, &note), None);
+        checks::nested_columns_round_trip(InputFormat::Parquet, &bare());
+
+        let batch = checks::nested_batch();
+        let schema = batch.schema();
+        let leaves_read = |root: usize, cover: Cover| {
+            let first: usize = schema.fields()[..root]
+                .iter()
+                .map(|f| leaves(f.data_type()))
+                .sum();
+            let mut read = Vec::new();
+            needed(schema.field(root).data_type(), &cover, first, &mut read);
+            read
+        };
+        let fields = |covered: &[(usize, Cover)]| Cover::Fields(covered.iter().cloned().collect());
+        assert_eq!(leaves_read(1, fields(&[(0, Cover::All)])), [1]);
+        assert_eq!(
+            leaves_read(1, fields(&[])),
+            [1],
+            "one leaf, for the struct's NULLs"
+        );
+        assert_eq!(leaves_read(3, Cover::Values(Box::new(Cover::All))), [5, 6]);
+        let kinds = Cover::Elements(Box::new(fields(&[(1, Cover::All)])));
+        assert_eq!(leaves_read(4, kinds), [8]);
+        assert_eq!(leaves_read(4, Cover::All), [7, 8, 9]);
     }
 }

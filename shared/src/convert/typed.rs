@@ -507,14 +507,17 @@ pub(super) mod checks {
         Int32Builder, ListBuilder, MapBuilder, StringBuilder, TimestampNanosecondBuilder,
     };
     use arrow_array::{
-        Array, ArrayRef, Int16Array, Int64Array, RecordBatch, StringArray, StructArray,
+        Array, ArrayRef, Int16Array, Int32Array, Int64Array, RecordBatch, StringArray, StructArray,
         TimestampNanosecondArray,
     };
     use arrow_buffer::{NullBuffer, OffsetBuffer};
     use arrow_schema::{DataType, Field, Fields, TimeUnit};
 
     use super::super::testutil::*;
-    use super::super::{BadValues, ConvertSpec, ConvertStats, Ignored, InputFormat, UnknownFields};
+    use super::super::{
+        BadValues, Compression, ConvertError, ConvertSpec, ConvertStats, Ignored, InputFormat,
+        SumValue, UnknownFields, decode,
+    };
     use crate::schema::ColumnSpec;
 
     /// 2024-01-02T03:04:05Z in nanoseconds.
@@ -631,6 +634,193 @@ pub(super) mod checks {
         ])
     }
 
+    /// The file `name` of `tests/fixtures/avro_orc`.
+    pub(in super::super) fn fixture(name: &str) -> Vec<u8> {
+        let path = format!(
+            "{}/../tests/fixtures/avro_orc/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    /// `bytes` holds the orders of the end-to-end suites' fixtures (`orders_csv(1, 1000)`,
+    /// written with narrower types by `tests/fixtures/avro_orc/generate.py` with `codec`):
+    /// read exactly, with their rows and sums.
+    pub(in super::super) fn orders(format: InputFormat, bytes: &[u8], codec: &str) {
+        let mut spec = spec(
+            format,
+            r#"[{"name": "order_id", "type": "int64", "nullable": false},
+                {"name": "customer", "type": "string"},
+                {"name": "quantity", "type": "int32"},
+                {"name": "amount", "type": "decimal(12,2)"},
+                {"name": "ordered_at", "type": "timestamp"}]"#,
+        );
+        spec.sum_columns = vec!["quantity".into(), "amount".into()];
+        spec.batch_rows = 300;
+        let ids = 1..=1000_i128;
+        let quantity: i128 = ids.clone().map(|id| id % 7 + 1).sum();
+        let cents: i128 = ids.map(|id| (id % 1000) * 101 + 5).sum();
+        let (stats, file) = run(bytes, &spec);
+        assert_eq!(stats.rows, 1000, "{codec}");
+        assert_eq!(stats.sums["quantity"], SumValue::Int(quantity), "{codec}");
+        let amount = SumValue::Decimal {
+            unscaled: cents,
+            scale: 2,
+        };
+        assert_eq!(stats.sums["amount"], amount, "{codec}");
+        let first = ["1", "Customer, 1", "2", "1.06", "2024-03-02T10:01:00Z"];
+        assert_eq!(file.rows[0], first, "{codec}");
+        let last = [
+            "1000",
+            "Customer, 1000",
+            "7",
+            "0.05",
+            "2024-03-21T10:40:00Z",
+        ];
+        assert_eq!(file.rows[999], last, "{codec}");
+    }
+
+    /// Columns `a` (0, 1, …) and `s` (17 values repeated) of 3,000 rows.
+    pub(in super::super) fn numbered_and_repeated() -> Vec<(&'static str, ArrayRef)> {
+        let repeated = (0..3000).map(|i| format!("v{}", i % 17));
+        vec![
+            (
+                "a",
+                Arc::new(Int64Array::from_iter_values(0..3000)) as ArrayRef,
+            ),
+            ("s", Arc::new(StringArray::from_iter_values(repeated))),
+        ]
+    }
+
+    /// Columns `wide` (200-character strings) and `n` (0, 1, …) of `count` rows.
+    pub(in super::super) fn wide_and_numbered(count: i32) -> Vec<(&'static str, ArrayRef)> {
+        let wide = (0..count).map(|i| format!("{i:0>200}"));
+        vec![
+            (
+                "wide",
+                Arc::new(StringArray::from_iter_values(wide)) as ArrayRef,
+            ),
+            ("n", Arc::new(Int32Array::from_iter_values(0..count))),
+        ]
+    }
+
+    /// `bytes` holds [`wide_and_numbered`]'s `count` rows in several blocks, stripes or row
+    /// groups: it is read in batches of at most 300 rows of the schema's one column, with
+    /// exact rows and sums. Returns the spec.
+    pub(in super::super) fn streams_in_bounded_batches(
+        format: InputFormat,
+        bytes: &[u8],
+        count: i32,
+    ) -> ConvertSpec {
+        let mut spec = spec(format, r#"[{"name":"n","type":"int64","nullable":false}]"#);
+        spec.batch_rows = 300;
+        spec.sum_columns = vec!["n".into()];
+        let mut batches = 0;
+        let stats = decode(bytes, &spec, |batch| {
+            assert!(batch.num_rows() <= 300, "{}", batch.num_rows());
+            assert_eq!(batch.num_columns(), 1, "only the schema's column");
+            batches += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(stats.rows, count as u64);
+        assert!(batches >= count as usize / 300, "{batches}");
+        let sum = i128::from(count - 1) * i128::from(count) / 2;
+        assert_eq!(stats.sums["n"], SumValue::Int(sum));
+        assert_eq!(stats.bytes_decoded, bytes.len() as u64);
+        spec
+    }
+
+    /// `bytes` holds one column `other` of 7 rows, which the schema does not name: 7 rows
+    /// of NULL.
+    pub(in super::super) fn no_schema_column_gives_null_rows(format: InputFormat, bytes: &[u8]) {
+        let mut spec = spec(format, r#"[{"name":"a","type":"string"}]"#);
+        spec.batch_rows = 2;
+        let (stats, file) = run(bytes, &spec);
+        assert_eq!(stats.rows, 7);
+        assert!(file.rows.iter().all(|r| r == &["∅"]));
+    }
+
+    /// `bytes` holds `b` (`x`, `y`) and `a` (4, 5): read the same through a gzip or zstd
+    /// wrapper, and a truncated wrapper fails as a decompression error (Avro's reader,
+    /// reading a stream, names the row it was at).
+    pub(in super::super) fn read_through_wrappers(format: InputFormat, bytes: &[u8]) {
+        let mut spec = spec(
+            format,
+            r#"[{"name":"a","type":"int64"},{"name":"b","type":"string"}]"#,
+        );
+        spec.sum_columns = vec!["a".into()];
+        for (compression, wrapped) in [
+            (Compression::Gzip, gzip(bytes)),
+            (Compression::Zstd, zstd(bytes)),
+        ] {
+            spec.compression = compression;
+            let (stats, file) = run(&wrapped, &spec);
+            assert_eq!(file.rows, text_rows(&["4|x", "5|y"]), "{compression}");
+            assert_eq!(stats.sums["a"], SumValue::Int(9));
+            assert_eq!(stats.bytes_read, wrapped.len() as u64);
+            assert_eq!(stats.bytes_decoded, bytes.len() as u64);
+            let err = fail(&wrapped[..wrapped.len() - 8], &spec).to_string();
+            assert!(err.contains("cannot decompress input: "), "{err}");
+        }
+    }
+
+    /// `bytes` holds `a` of 1000 rows: the spool stops at `max_decoded_bytes`.
+    pub(in super::super) fn the_spool_is_bounded(format: InputFormat, bytes: &[u8]) {
+        let mut spec = spec(format, r#"[{"name":"a","type":"int64"}]"#);
+        spec.max_decoded_bytes = Some(bytes.len() as u64 - 1);
+        assert!(matches!(fail(bytes, &spec), ConvertError::TooLarge { .. }));
+        spec.max_decoded_bytes = Some(bytes.len() as u64);
+        assert_eq!(run(bytes, &spec).0.rows, 1000);
+    }
+
+    /// A file of `n` (1, 2) as `int64` and `s` (`a`, `b`), and one of `n` (1, NULL), both
+    /// written by `file`: a type that does not fit, a missing required column and a NULL in
+    /// one fail naming it.
+    pub(in super::super) fn a_file_that_breaks_the_contract(
+        format: InputFormat,
+        file: impl Fn(Vec<(&str, ArrayRef)>) -> Vec<u8>,
+    ) {
+        let bytes = file(vec![
+            ("n", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
+            ("s", Arc::new(StringArray::from(vec!["a", "b"]))),
+        ]);
+        let nulls = file(vec![(
+            "n",
+            Arc::new(Int64Array::from(vec![Some(1), None])) as ArrayRef,
+        )]);
+        for (columns, error) in [
+            (
+                r#"[{"name":"n","type":"int32"}]"#,
+                r#"column "n": type Int64 in the file cannot be read as int32"#,
+            ),
+            (
+                r#"[{"name":"s","type":"int64"}]"#,
+                r#"column "s": type Utf8 in the file cannot be read as int64"#,
+            ),
+            (
+                r#"[{"name":"n","type":"int64"},{"name":"id","type":"int64","nullable":false}]"#,
+                r#"column "id": missing from the file, and the source's schema requires it"#,
+            ),
+        ] {
+            assert_eq!(parse_error(&bytes, &spec(format, columns)), error);
+        }
+        let required = spec(format, r#"[{"name":"n","type":"int64","nullable":false}]"#);
+        assert_eq!(
+            parse_error(&nulls, &required),
+            r#"row 2: column "n": missing value in a non-nullable column"#
+        );
+    }
+
+    /// Every check of nested columns, on `bytes` (of [`nested_batch`]'s rows) as `format`.
+    pub(in super::super) fn nested(format: InputFormat, bytes: &[u8]) {
+        nested_columns_round_trip(format, bytes);
+        paths_read_the_values_there(format, bytes);
+        json_columns(format, bytes);
+        unknown_fields_by_policy(format, bytes);
+        bad_values_by_policy(format, bytes);
+    }
+
     /// Structs, lists and maps are read into the schema's, widened inside (an `int16`
     /// field into `int64`, `int32` map values into `int64`, nanoseconds into microseconds),
     /// a struct's field the file lacks is NULL, and the fields the schema does not name are
@@ -671,7 +861,7 @@ pub(super) mod checks {
 
     /// Columns with a path read the value there: struct fields, list elements by index,
     /// map keys; an absent step is NULL, and the fields no path covers are counted.
-    pub(in super::super) fn paths_read_the_values_there(format: InputFormat, bytes: &[u8]) {
+    fn paths_read_the_values_there(format: InputFormat, bytes: &[u8]) {
         let spec = spec(
             format,
             r#"[{"name":"name","path":"user.name","type":"string"},
@@ -721,7 +911,7 @@ pub(super) mod checks {
     /// A `json` column holds any value's compact JSON text (keys in the file's order, NULL
     /// fields as `null`), and a string's JSON text made compact; a string that is not JSON
     /// is a bad value.
-    pub(in super::super) fn json_columns(format: InputFormat, bytes: &[u8]) {
+    fn json_columns(format: InputFormat, bytes: &[u8]) {
         let columns = r#"[{"name":"user","type":"json"},
             {"name":"tags","type":"json"},
             {"name":"attrs","type":"json"},
@@ -769,7 +959,7 @@ pub(super) mod checks {
 
     /// A field the schema does not name (here inside a struct and inside a list's structs)
     /// is counted, fails the object before any row, or is rescued with its precise path.
-    pub(in super::super) fn unknown_fields_by_policy(format: InputFormat, bytes: &[u8]) {
+    fn unknown_fields_by_policy(format: InputFormat, bytes: &[u8]) {
         let columns = r#"[{"name":"id","type":"int64"},
             {"name":"user","type":"struct<name:string>"},
             {"name":"tags","type":"array<string>"},
@@ -810,7 +1000,7 @@ pub(super) mod checks {
     /// A type the schema's cannot hold, deep inside a column, fails the object naming its
     /// path before any row; a value refused fails naming its row and precise path; under
     /// `rescue` both are NULL and rescued in the file's order, unknown fields among them.
-    pub(in super::super) fn bad_values_by_policy(format: InputFormat, bytes: &[u8]) {
+    fn bad_values_by_policy(format: InputFormat, bytes: &[u8]) {
         let columns = r#"[{"name":"user","type":"struct<name:int32,age:int32>"},
             {"name":"events","type":"array<struct<at:timestamp,kind:int64>>"},
             {"name":"moments","type":"array<timestamp>"},

@@ -1,5 +1,5 @@
 //! Avro input: an Avro Object Container File (possibly wrapped whole in gzip or zstd) read
-//! front to back, block by block, by `arrow-avro`, with only the source's columns decoded.
+//! front to back, block by block, by `arrow-avro`, with only the fields it reads decoded.
 //!
 //! The file's header is read first, to learn its writer schema (the names of its
 //! top-level fields) and its codec; the bytes of the header are kept and given again to
@@ -11,8 +11,11 @@
 //! `Int64`, `float` `Float32`, `double` `Float64`, `string` `Utf8`, an `enum` a dictionary
 //! of strings, a union of `null` and one type a nullable column of that type, the logical
 //! types `decimal` a `Decimal128`, `date` a `Date32`, `timestamp-*` and
-//! `local-timestamp-*` a timestamp of that unit. A field that only a column not in the
-//! source's schema holds is skipped, whatever its type.
+//! `local-timestamp-*` a timestamp of that unit, a `record` a struct, an `array` a list,
+//! a `map` a map of string keys. A top-level field no column reads is not decoded, unless
+//! its values must be counted (`on_unknown_field: ignore`: the format has no statistics,
+//! so the field is decoded to count them, which costs the decoding of that field) or
+//! rescued; a record's fields are decoded with their record, read or not.
 //!
 //! Memory is bounded by one block of the file (compressed and decompressed: a block is
 //! decompressed whole, and a block's size is the writer's choice, 64 KiB by default in
@@ -61,7 +64,7 @@ pub(super) fn batches<R: BufRead>(
         recorder.snappy = Some(SnappyBlocks::START);
     }
     let writer_schema = header.writer_schema().map_err(|e| not_avro(&e))?;
-    field_names(&writer_schema.json_string).map_err(|e| not_avro(&e))?;
+    check_record(&writer_schema.json_string).map_err(|e| not_avro(&e))?;
     let kept = recorder.kept.take().unwrap_or_default();
     // The file's columns as Arrow types, from a reader of its header alone.
     let header_only = io::Cursor::new(kept.clone());
@@ -156,8 +159,8 @@ impl Tail {
     }
 }
 
-/// The names of the top-level fields of a writer schema, which must be a record's.
-fn field_names(schema: &str) -> Result<Vec<String>, String> {
+/// Checks that a writer schema is a record's with named fields (one column per field).
+fn check_record(schema: &str) -> Result<(), String> {
     let schema: serde_json::Value =
         serde_json::from_str(schema).map_err(|e| format!("its schema is not JSON: {e}"))?;
     let fields = match &schema {
@@ -170,15 +173,13 @@ fn field_names(schema: &str) -> Result<Vec<String>, String> {
     if fields.is_empty() {
         return Err("its records have no fields".into());
     }
-    fields
+    match fields
         .iter()
-        .map(|f| {
-            f.get("name")
-                .and_then(|n| n.as_str())
-                .map(String::from)
-                .ok_or_else(|| "a field of its schema has no name".to_string())
-        })
-        .collect()
+        .all(|f| f.get("name").is_some_and(|n| n.is_string()))
+    {
+        true => Ok(()),
+        false => Err("a field of its schema has no name".into()),
+    }
 }
 
 /// The input, keeping a copy of what is consumed until `kept` is taken (the header), and

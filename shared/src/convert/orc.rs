@@ -1,5 +1,5 @@
 //! ORC input: an ORC file (possibly wrapped whole in gzip or zstd) read stripe by stripe
-//! by `orc-rust`, with only the source's columns read.
+//! by `orc-rust`, with only the top-level columns it reads read.
 //!
 //! ORC keeps its footer at the end and is read by seeking, as Parquet is: the
 //! decompressed input is spooled to an anonymous temporary file first, as
@@ -16,8 +16,13 @@
 //! them: `tinyint` is `Int8`, `smallint` `Int16`, `int` `Int32`, `bigint` `Int64`,
 //! `float` `Float32`, `double` `Float64`, `string`, `char` and `varchar` `Utf8`,
 //! `decimal(p,s)` `Decimal128(p, s)`, `date` `Date32`, `timestamp` a nanosecond
-//! timestamp without zone (read as UTC) and `timestamp with local time zone` one in UTC.
-//! The rows the footer counts must be the rows the stripes hold.
+//! timestamp without zone (read as UTC) and `timestamp with local time zone` one in UTC,
+//! `struct` a struct, `list` a list, `map` a map (of string keys to be read as one), and
+//! `union` a union, which no type of the schema reads (its values are bad values). The
+//! rows the footer counts must be the rows the stripes hold. The values of a field the
+//! schema does not name are counted from the file's column statistics (the non-NULL
+//! values of each column, nested ones included), without reading it; a file without
+//! statistics has the field read to count them.
 
 use std::fs::File;
 use std::io::BufRead;

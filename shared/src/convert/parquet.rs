@@ -1,5 +1,6 @@
 //! Parquet input: a Parquet file (possibly wrapped whole in gzip or zstd) read row group
-//! by row group, projected onto the source's columns and cast to the source's types.
+//! by row group, projected onto the leaves the source's columns read and cast to their
+//! types.
 //!
 //! Parquet keeps its footer at the end and is read by seeking, while the converter reads
 //! its input once, front to back. The decompressed input is therefore spooled to an
@@ -7,11 +8,17 @@
 //! Lambda), which costs local disk equal to the decompressed object and is gone when the
 //! converter drops it (or its process dies). [`ConvertSpec::max_decoded_bytes`] bounds
 //! the spool as it bounds any decompressed input. The file is then read with only the
-//! source's columns projected and [`ConvertSpec::batch_rows`] rows at a time, so memory
-//! is bounded by a batch of the projected columns (and a page of each), not by the file.
+//! Parquet columns (leaves) that the source's columns read projected, down to a struct's
+//! fields, and [`ConvertSpec::batch_rows`] rows at a time, so memory is bounded by a batch
+//! of the projected columns (and a page of each), not by the file.
 //!
 //! Columns are matched to the source's schema and widened as `convert/typed.rs` says
-//! (the contract shared with Avro and ORC input).
+//! (the contract shared with Avro and ORC input). The values of a field the schema does
+//! not name (under `on_unknown_field: ignore`) are counted from the footer without reading
+//! a page when it is a scalar and every row group says: its definition level histogram
+//! (arrow-rs and recent writers write one), or, outside any list, its values less its
+//! statistics' NULL count. A struct, list or map, or a chunk that says neither, is read
+//! to be counted.
 
 use std::io::BufRead;
 

@@ -58,6 +58,8 @@ pub(super) struct Plan {
 enum How {
     /// Already of the schema's type.
     Same,
+    /// NULL whatever the type.
+    Nulls,
     /// A lossless arrow cast (widening, string flavours, dictionary unpacking).
     Cast,
     /// A timestamp of this unit, to UTC microseconds, checked value by value.
@@ -94,6 +96,8 @@ pub(super) fn plan(file: &DataType, target: &FieldType) -> Plan {
         ))
     };
     let how = match target {
+        // A column of no values (Arrow's `Null`) is NULL in any type.
+        _ if *file == DataType::Null => How::Nulls,
         FieldType::Scalar(ty) => scalar(file, *ty).unwrap_or_else(refused),
         FieldType::Json if is_text(file) => How::JsonText,
         FieldType::Json if encodes_as_json(file) => How::Json,
@@ -292,6 +296,7 @@ impl Plan {
         let cast_error = |e: ArrowError| place.error(format!("cannot read: {e}"));
         match &self.how {
             How::Same => Ok(array.clone()),
+            How::Nulls => Ok(new_null_array(&self.target, array.len())),
             How::Cast => cast_with_options(array, &self.target, &STRICT).map_err(cast_error),
             How::Timestamp(unit) => {
                 let DataType::Timestamp(_, zone) = &self.target else {
@@ -726,11 +731,8 @@ pub(super) fn rescued_column(mut found: Vec<Found>, rows: usize) -> ArrayRef {
             continue;
         }
         let mut paths: Vec<String> = Vec::with_capacity(entries.len());
-        for entry in &entries {
-            let seen = paths
-                .iter()
-                .filter(|p| p.split('#').next() == Some(entry.path.as_str()))
-                .count();
+        for (i, entry) in entries.iter().enumerate() {
+            let seen = entries[..i].iter().filter(|e| e.path == entry.path).count();
             paths.push(match seen {
                 0 => entry.path.clone(),
                 n => format!("{}#{}", entry.path, n + 1),
@@ -1185,6 +1187,20 @@ mod tests {
                 "{}",
                 array.data_type()
             );
+        }
+    }
+
+    #[test]
+    fn a_column_of_no_values_is_null_in_any_type() {
+        let nulls: ArrayRef = Arc::new(arrow_array::NullArray::new(2));
+        for ty in [
+            "int32",
+            "struct<a:date>",
+            "array<string>",
+            "map<string,json>",
+            "json",
+        ] {
+            assert_eq!(values(ty, nulls.clone()), ["∅", "∅"], "{ty}");
         }
     }
 

@@ -1,5 +1,5 @@
 //! Avro input: an Avro Object Container File (possibly wrapped whole in gzip or zstd) read
-//! front to back, block by block, by `arrow-avro`, with only the source's columns decoded.
+//! front to back, block by block, by `arrow-avro`, with only the fields it reads decoded.
 //!
 //! The file's header is read first, to learn its writer schema (the names of its
 //! top-level fields) and its codec; the bytes of the header are kept and given again to
@@ -11,8 +11,11 @@
 //! `Int64`, `float` `Float32`, `double` `Float64`, `string` `Utf8`, an `enum` a dictionary
 //! of strings, a union of `null` and one type a nullable column of that type, the logical
 //! types `decimal` a `Decimal128`, `date` a `Date32`, `timestamp-*` and
-//! `local-timestamp-*` a timestamp of that unit. A field that only a column not in the
-//! source's schema holds is skipped, whatever its type.
+//! `local-timestamp-*` a timestamp of that unit, a `record` a struct, an `array` a list,
+//! a `map` a map of string keys. A top-level field no column reads is not decoded, unless
+//! its values must be counted (`on_unknown_field: ignore`: the format has no statistics,
+//! so the field is decoded to count them, which costs the decoding of that field) or
+//! rescued; a record's fields are decoded with their record, read or not.
 //!
 //! Memory is bounded by one block of the file (compressed and decompressed: a block is
 //! decompressed whole, and a block's size is the writer's choice, 64 KiB by default in
@@ -29,9 +32,9 @@ use arrow_avro::compression::CompressionCodec;
 use arrow_avro::reader::{Reader, ReaderBuilder, read_header_info};
 use arrow_schema::ArrowError;
 
-use super::typed::{Rows, TypedBatches, invalid, select};
+use super::typed::{Rows, TypedBatches, invalid, typed};
 use super::{ConvertError, ConvertSpec};
-use crate::schema::ColumnType;
+use crate::schema::FieldType;
 
 /// Batches of an Avro file in the spec's schema.
 pub(super) type AvroBatches<R> = TypedBatches<Blocks<R>>;
@@ -43,7 +46,7 @@ type Replayed<R> = io::Chain<io::Cursor<Vec<u8>>, Recorder<R>>;
 pub(super) fn batches<R: BufRead>(
     input: R,
     spec: &ConvertSpec,
-    types: &[ColumnType],
+    types: &[FieldType],
 ) -> Result<AvroBatches<R>, ConvertError> {
     let not_avro = |e: &dyn std::fmt::Display| invalid(format!("not a valid Avro file: {e}"));
     let tail = Arc::new(Mutex::new(Tail::default()));
@@ -61,30 +64,22 @@ pub(super) fn batches<R: BufRead>(
         recorder.snappy = Some(SnappyBlocks::START);
     }
     let writer_schema = header.writer_schema().map_err(|e| not_avro(&e))?;
-    let names = field_names(&writer_schema.json_string).map_err(|e| not_avro(&e))?;
-    let selection = select(names.iter().map(String::as_str), spec)?;
-    // With no column of the schema in the file, the first field is read to count rows.
-    let (projection, use_columns) = if selection.roots.is_empty() {
-        (vec![0], false)
-    } else {
-        (selection.roots.clone(), true)
-    };
+    check_record(&writer_schema.json_string).map_err(|e| not_avro(&e))?;
     let kept = recorder.kept.take().unwrap_or_default();
-    let reader = ReaderBuilder::new()
-        .with_batch_size(spec.batch_rows)
-        .with_projection(projection)
-        .build(io::Cursor::new(kept).chain(recorder))
-        .map_err(|e| match e {
-            ArrowError::IoError(..) => not_avro(&e),
-            e => invalid(format!("cannot read this Avro file: {e}")),
-        })?;
-    let file_schema = reader.schema();
-    let projected: Vec<_> = if use_columns {
-        file_schema.fields().iter().map(|f| f.data_type()).collect()
-    } else {
-        Vec::new()
+    // The file's columns as Arrow types, from a reader of its header alone.
+    let header_only = io::Cursor::new(kept.clone());
+    let file_schema = open(header_only, spec, None)?.schema();
+    let (typed, needs) = typed(file_schema.fields(), spec, types, |_, _| None)?;
+    // With no column to read, the first field is read to count rows.
+    let (projection, use_columns) = match needs.keys().copied().collect::<Vec<_>>() {
+        roots if roots.is_empty() => (vec![0], false),
+        roots => (roots, true),
     };
-    let typed = selection.plan(spec, types, &projected)?;
+    let reader = open(
+        io::Cursor::new(kept).chain(recorder),
+        spec,
+        Some(projection),
+    )?;
     let reader = Blocks {
         reader: Some(reader),
         sync: header.sync(),
@@ -100,6 +95,22 @@ pub(super) fn batches<R: BufRead>(
         "Avro",
         None,
     ))
+}
+
+/// `arrow-avro`'s reader of `input`, of the columns `projection` (`None`: all).
+fn open<I: BufRead>(
+    input: I,
+    spec: &ConvertSpec,
+    projection: Option<Vec<usize>>,
+) -> Result<Reader<I>, ConvertError> {
+    let mut builder = ReaderBuilder::new().with_batch_size(spec.batch_rows);
+    if let Some(projection) = projection {
+        builder = builder.with_projection(projection);
+    }
+    builder.build(input).map_err(|e| match e {
+        ArrowError::IoError(..) => invalid(format!("not a valid Avro file: {e}")),
+        e => invalid(format!("cannot read this Avro file: {e}")),
+    })
 }
 
 /// The batches of `arrow-avro`'s reader, and a check at the end of the file that it ends
@@ -148,8 +159,8 @@ impl Tail {
     }
 }
 
-/// The names of the top-level fields of a writer schema, which must be a record's.
-fn field_names(schema: &str) -> Result<Vec<String>, String> {
+/// Checks that a writer schema is a record's with named fields (one column per field).
+fn check_record(schema: &str) -> Result<(), String> {
     let schema: serde_json::Value =
         serde_json::from_str(schema).map_err(|e| format!("its schema is not JSON: {e}"))?;
     let fields = match &schema {
@@ -162,15 +173,13 @@ fn field_names(schema: &str) -> Result<Vec<String>, String> {
     if fields.is_empty() {
         return Err("its records have no fields".into());
     }
-    fields
+    match fields
         .iter()
-        .map(|f| {
-            f.get("name")
-                .and_then(|n| n.as_str())
-                .map(String::from)
-                .ok_or_else(|| "a field of its schema has no name".to_string())
-        })
-        .collect()
+        .all(|f| f.get("name").is_some_and(|n| n.is_string()))
+    {
+        true => Ok(()),
+        false => Err("a field of its schema has no name".into()),
+    }
 }
 
 /// The input, keeping a copy of what is consumed until `kept` is taken (the header), and
@@ -335,7 +344,8 @@ mod tests {
     use arrow_avro::writer::format::AvroOcfFormat;
 
     use super::super::testutil::*;
-    use super::super::{Compression, ConvertError, ConvertSpec, InputFormat, SumValue, decode};
+    use super::super::typed::checks;
+    use super::super::{ConvertError, ConvertSpec, InputFormat, SumValue};
 
     /// An Avro file of `columns` (name, values), `block_rows` rows per block.
     fn file_with(
@@ -366,65 +376,11 @@ mod tests {
         ConvertSpec::new(InputFormat::Avro, schema(columns))
     }
 
-    const ORDERS: &str = r#"[
-        {"name": "order_id", "type": "int64", "nullable": false},
-        {"name": "customer", "type": "string"},
-        {"name": "quantity", "type": "int32"},
-        {"name": "amount", "type": "decimal(12,2)"},
-        {"name": "ordered_at", "type": "timestamp"}
-    ]"#;
-
-    /// Rows, quantity and amount (in cents) of `orders_csv(1, 1000)`, the fixtures' rows.
-    fn fixture_totals() -> (u64, i128, i128) {
-        let ids = 1..=1000_i128;
-        let quantity = ids.clone().map(|id| id % 7 + 1).sum();
-        let cents = ids.map(|id| (id % 1000) * 101 + 5).sum();
-        (1000, quantity, cents)
-    }
-
-    fn fixture(name: &str) -> Vec<u8> {
-        let path = format!(
-            "{}/../tests/fixtures/avro_orc/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
-        std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-    }
-
     #[test]
     fn files_of_every_codec_written_by_fastavro_read_exactly() {
-        let mut spec = spec(ORDERS);
-        spec.sum_columns = vec!["quantity".into(), "amount".into()];
-        spec.batch_rows = 300;
-        let (rows, quantity, cents) = fixture_totals();
         for codec in ["null", "deflate", "snappy", "zstandard", "bzip2", "xz"] {
-            let bytes = fixture(&format!("orders-{codec}.avro"));
-            let (stats, file) = run(&bytes, &spec);
-            assert_eq!(stats.rows, rows, "{codec}");
-            assert_eq!(stats.sums["quantity"], SumValue::Int(quantity), "{codec}");
-            assert_eq!(
-                stats.sums["amount"],
-                SumValue::Decimal {
-                    unscaled: cents,
-                    scale: 2
-                },
-                "{codec}"
-            );
-            assert_eq!(
-                file.rows[0],
-                ["1", "Customer, 1", "2", "1.06", "2024-03-02T10:01:00Z"],
-                "{codec}"
-            );
-            assert_eq!(
-                file.rows[999],
-                [
-                    "1000",
-                    "Customer, 1000",
-                    "7",
-                    "0.05",
-                    "2024-03-21T10:40:00Z"
-                ],
-                "{codec}"
-            );
+            let bytes = checks::fixture(&format!("orders-{codec}.avro"));
+            checks::orders(InputFormat::Avro, &bytes, codec);
         }
     }
 
@@ -496,90 +452,21 @@ mod tests {
 
     #[test]
     fn a_file_that_breaks_the_contract_fails_naming_the_column() {
-        let bytes = file(vec![
-            ("n", Arc::new(Int64Array::from(vec![1, 2])) as ArrayRef),
-            ("s", Arc::new(StringArray::from(vec!["a", "b"]))),
-        ]);
-        for (columns, error) in [
-            (
-                r#"[{"name":"n","type":"int32"}]"#,
-                r#"column "n": type Int64 in the file cannot be read as int32"#,
-            ),
-            (
-                r#"[{"name":"s","type":"int64"}]"#,
-                r#"column "s": type Utf8 in the file cannot be read as int64"#,
-            ),
-            (
-                r#"[{"name":"n","type":"int64"},{"name":"id","type":"int64","nullable":false}]"#,
-                r#"column "id": missing from the file, and the source's schema requires it"#,
-            ),
-        ] {
-            assert_eq!(parse_error(&bytes, &spec(columns)), error);
-        }
-        let nulls = file(vec![(
-            "n",
-            Arc::new(Int64Array::from(vec![Some(1), None])) as ArrayRef,
-        )]);
-        assert_eq!(
-            parse_error(
-                &nulls,
-                &spec(r#"[{"name":"n","type":"int64","nullable":false}]"#)
-            ),
-            r#"row 2: column "n": missing value in a non-nullable column"#
-        );
+        checks::a_file_that_breaks_the_contract(InputFormat::Avro, file);
     }
 
     #[test]
     fn many_blocks_stream_in_bounded_batches() {
-        let n = 20_000;
-        let bytes = file_with(
-            vec![
-                (
-                    "wide",
-                    Arc::new(StringArray::from_iter_values(
-                        (0..n).map(|i| format!("{i:0>200}")),
-                    )) as ArrayRef,
-                ),
-                ("n", Arc::new(Int32Array::from_iter_values(0..n))),
-            ],
-            777,
-            Some(CompressionCodec::Deflate),
-        );
-        let mut spec = spec(r#"[{"name":"n","type":"int64","nullable":false}]"#);
-        spec.batch_rows = 300;
-        spec.sum_columns = vec!["n".into()];
-        let mut batches = 0;
-        let stats = decode(&bytes[..], &spec, |batch| {
-            assert!(batch.num_rows() <= 300, "{}", batch.num_rows());
-            assert_eq!(batch.num_columns(), 1, "only the schema's column");
-            batches += 1;
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(stats.rows, n as u64);
-        assert!(batches >= n as usize / 300, "{batches}");
-        assert_eq!(
-            stats.sums["n"],
-            SumValue::Int(i128::from(n - 1) * i128::from(n) / 2)
-        );
-        assert_eq!(stats.bytes_decoded, bytes.len() as u64);
+        let columns = checks::wide_and_numbered(20_000);
+        let bytes = file_with(columns, 777, Some(CompressionCodec::Deflate));
+        checks::streams_in_bounded_batches(InputFormat::Avro, &bytes, 20_000);
     }
 
     #[test]
     fn no_column_of_the_schema_gives_null_rows_of_the_files_length() {
-        let bytes = file_with(
-            vec![(
-                "other",
-                Arc::new(Int32Array::from_iter_values(0..7)) as ArrayRef,
-            )],
-            3,
-            None,
-        );
-        let mut spec = spec(r#"[{"name":"a","type":"string"}]"#);
-        spec.batch_rows = 2;
-        let (stats, file) = run(&bytes, &spec);
-        assert_eq!(stats.rows, 7);
-        assert!(file.rows.iter().all(|r| r == &["∅"]));
+        let other = Arc::new(Int32Array::from_iter_values(0..7)) as ArrayRef;
+        let bytes = file_with(vec![("other", other)], 3, None);
+        checks::no_schema_column_gives_null_rows(InputFormat::Avro, &bytes);
     }
 
     #[test]
@@ -588,17 +475,7 @@ mod tests {
             ("b", Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef),
             ("a", Arc::new(Int32Array::from(vec![4, 5]))),
         ]);
-        let mut spec = spec(r#"[{"name":"a","type":"int64"},{"name":"b","type":"string"}]"#);
-        spec.sum_columns = vec!["a".into()];
-        for (compression, wrapped) in [
-            (Compression::Gzip, gzip(&bytes)),
-            (Compression::Zstd, zstd(&bytes)),
-        ] {
-            spec.compression = compression;
-            let (stats, file) = run(&wrapped, &spec);
-            assert_eq!(file.rows, text_rows(&["4|x", "5|y"]), "{compression}");
-            assert_eq!(stats.sums["a"], SumValue::Int(9));
-        }
+        checks::read_through_wrappers(InputFormat::Avro, &bytes);
     }
 
     #[test]
@@ -611,22 +488,7 @@ mod tests {
             Some(CompressionCodec::Snappy),
             Some(CompressionCodec::ZStandard),
         ] {
-            let bytes = file_with(
-                vec![
-                    (
-                        "a",
-                        Arc::new(Int64Array::from_iter_values(0..3000)) as ArrayRef,
-                    ),
-                    (
-                        "s",
-                        Arc::new(StringArray::from_iter_values(
-                            (0..3000).map(|i| format!("v{}", i % 17)),
-                        )),
-                    ),
-                ],
-                700,
-                codec,
-            );
+            let bytes = file_with(checks::numbered_and_repeated(), 700, codec);
             for input in [&b""[..], b"Obj\x01", ALL_TYPES_CSV.as_bytes()] {
                 let err = fail(input, &spec);
                 assert!(
@@ -696,5 +558,17 @@ mod tests {
             parse_error(&bytes, &spec(r#"[{"name":"a","type":"int64"}]"#)),
             "not a valid Avro file: its schema is not a record's (one column per field)"
         );
+    }
+
+    #[test]
+    fn nested_columns_paths_and_policies() {
+        let batch = checks::nested_batch();
+        let mut writer = WriterBuilder::new(batch.schema().as_ref().clone())
+            .build::<_, AvroOcfFormat>(Vec::new())
+            .unwrap();
+        writer.write(&batch).unwrap();
+        writer.finish().unwrap();
+        let bytes = writer.into_inner();
+        checks::nested(InputFormat::Avro, &bytes);
     }
 }

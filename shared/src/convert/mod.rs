@@ -21,6 +21,7 @@
 //! their line, error and bytes, in [`ConvertStats::rejects`] (see [`reject`] for which
 //! errors those are).
 
+mod arrays;
 mod avro;
 mod columns;
 mod csv;
@@ -1172,16 +1173,9 @@ impl<'s> Decoding<'s> {
                 Box::new(csv::CsvBatches::new(reader, options, spec, types)?)
             }
             InputFormat::JsonLines => Box::new(json::JsonBatches::new(reader, spec)?),
-            InputFormat::Parquet => {
-                let types = scalar_types(&spec.schema, "Parquet")?;
-                Box::new(parquet_input::batches(reader, spec, &types)?)
-            }
-            InputFormat::Avro => {
-                let types = scalar_types(&spec.schema, "Avro")?;
-                Box::new(avro::batches(reader, spec, &types)?)
-            }
+            InputFormat::Parquet => Box::new(parquet_input::batches(reader, spec, &types)?),
+            InputFormat::Avro => Box::new(avro::batches(reader, spec, &types)?),
             InputFormat::Orc => {
-                let types = scalar_types(&spec.schema, "ORC")?;
                 let opened = guarded(|| orc::batches(reader, spec, &types))?;
                 Box::new(Guarded(Box::new(opened)))
             }

@@ -1,5 +1,6 @@
 //! Parquet input: a Parquet file (possibly wrapped whole in gzip or zstd) read row group
-//! by row group, projected onto the source's columns and cast to the source's types.
+//! by row group, projected onto the leaves the source's columns read and cast to their
+//! types.
 //!
 //! Parquet keeps its footer at the end and is read by seeking, while the converter reads
 //! its input once, front to back. The decompressed input is therefore spooled to an
@@ -7,20 +8,29 @@
 //! Lambda), which costs local disk equal to the decompressed object and is gone when the
 //! converter drops it (or its process dies). [`ConvertSpec::max_decoded_bytes`] bounds
 //! the spool as it bounds any decompressed input. The file is then read with only the
-//! source's columns projected and [`ConvertSpec::batch_rows`] rows at a time, so memory
-//! is bounded by a batch of the projected columns (and a page of each), not by the file.
+//! Parquet columns (leaves) that the source's columns read projected, down to a struct's
+//! fields, and [`ConvertSpec::batch_rows`] rows at a time, so memory is bounded by a batch
+//! of the projected columns (and a page of each), not by the file.
 //!
 //! Columns are matched to the source's schema and widened as `convert/typed.rs` says
-//! (the contract shared with Avro and ORC input).
+//! (the contract shared with Avro and ORC input). The values of a field the schema does
+//! not name (under `on_unknown_field: ignore`) are counted from the footer without reading
+//! a page when it is a scalar and every row group says: its definition level histogram
+//! (arrow-rs and recent writers write one), or, outside any list, its values less its
+//! statistics' NULL count. A struct, list or map, or a chunk that says neither, is read
+//! to be counted.
 
 use std::io::BufRead;
 
+use arrow_schema::DataType;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use parquet::file::metadata::ParquetMetaData;
 
-use super::typed::{Rows, TypedBatches, invalid, select, spool};
+use super::arrays::{Cover, Level, element_type};
+use super::typed::{Rows, TypedBatches, invalid, spool, typed};
 use super::{ConvertError, ConvertSpec};
-use crate::schema::ColumnType;
+use crate::schema::FieldType;
 
 /// Batches of a spooled Parquet file in the spec's schema.
 pub(super) type ParquetBatches = TypedBatches<ParquetRecordBatchReader>;
@@ -29,7 +39,7 @@ pub(super) type ParquetBatches = TypedBatches<ParquetRecordBatchReader>;
 pub(super) fn batches(
     input: impl BufRead,
     spec: &ConvertSpec,
-    types: &[ColumnType],
+    types: &[FieldType],
 ) -> Result<ParquetBatches, ConvertError> {
     let file = spool(input)?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
@@ -43,20 +53,38 @@ pub(super) fn batches(
         )));
     }
     let file_schema = builder.schema().clone();
-    let selection = select(file_schema.fields().iter().map(|f| f.name().as_str()), spec)?;
-    let projected: Vec<_> = selection
-        .roots
-        .iter()
-        .map(|&root| file_schema.field(root).data_type())
-        .collect();
-    let roots = selection.roots.clone();
-    let typed = selection.plan(spec, types, &projected)?;
+    let fields = file_schema.fields();
+    // The first leaf (Parquet column) of each top-level column, when the Arrow schema's
+    // leaves are the file's: then nested fields are projected alone, and a field the schema
+    // does not name is counted from the footer.
+    let mut firsts = Vec::with_capacity(fields.len());
+    let mut leaf = 0;
+    for field in fields {
+        firsts.push(leaf);
+        leaf += leaves(field.data_type());
+    }
+    let firsts = (leaf == builder.parquet_schema().num_columns()).then_some(firsts);
+    let counted = |root: usize, levels: &[Level]| {
+        let first = firsts.as_ref()?[root];
+        footer_count(&metadata, leaf_at(fields[root].data_type(), levels, first)?)
+    };
+    let (typed, needs) = typed(fields, spec, types, counted)?;
 
     let rows = u64::try_from(total).unwrap_or_default();
-    let rows_from = if roots.is_empty() || rows == 0 {
+    let rows_from = if needs.is_empty() || rows == 0 {
         Rows::Blank(rows)
     } else {
-        let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+        let parquet_schema = builder.parquet_schema();
+        let mask = match &firsts {
+            Some(firsts) => {
+                let mut read = Vec::new();
+                for (&root, cover) in &needs {
+                    needed(fields[root].data_type(), cover, firsts[root], &mut read);
+                }
+                ProjectionMask::leaves(parquet_schema, read)
+            }
+            None => ProjectionMask::roots(parquet_schema, needs.keys().copied()),
+        };
         let reader = builder
             .with_projection(mask)
             .with_batch_size(spec.batch_rows)
@@ -68,6 +96,102 @@ pub(super) fn batches(
         }
     };
     Ok(TypedBatches::new(rows_from, typed, spec, "Parquet", None))
+}
+
+/// The Parquet columns (leaves) a value of Arrow type `data_type` is stored in.
+fn leaves(data_type: &DataType) -> usize {
+    match data_type {
+        DataType::Struct(children) => children.iter().map(|c| leaves(c.data_type())).sum(),
+        DataType::Map(entries, _) => leaves(entries.data_type()),
+        other => element_type(other).map_or(1, leaves),
+    }
+}
+
+/// Adds to `read` the leaves (from `first`) of a value of type `data_type` that `cover`
+/// reads: a map's keys always, and one field of a struct none of whose fields is read
+/// (for the struct's NULLs).
+fn needed(data_type: &DataType, cover: &Cover, first: usize, read: &mut Vec<usize>) {
+    match (cover, data_type) {
+        (Cover::Fields(covered), DataType::Struct(children)) => {
+            let before = read.len();
+            let mut at = first;
+            for (position, child) in children.iter().enumerate() {
+                if let Some(cover) = covered.get(&position) {
+                    needed(child.data_type(), cover, at, read);
+                }
+                at += leaves(child.data_type());
+            }
+            if read.len() == before && at > first {
+                read.push(first);
+            }
+        }
+        (Cover::Values(cover), DataType::Map(entries, _)) => match entries.data_type() {
+            DataType::Struct(kv) if kv.len() == 2 => {
+                let keys = leaves(kv[0].data_type());
+                read.extend(first..first + keys);
+                needed(kv[1].data_type(), cover, first + keys, read);
+            }
+            _ => read.extend(first..first + leaves(data_type)),
+        },
+        (Cover::Elements(cover), data_type) if element_type(data_type).is_some() => {
+            let element = element_type(data_type).unwrap_or(data_type);
+            needed(element, cover, first, read);
+        }
+        _ => read.extend(first..first + leaves(data_type)),
+    }
+}
+
+/// The leaf (from `first`) of the scalar at `levels` inside a value of type `data_type`,
+/// `None` when what is there is not a scalar.
+fn leaf_at(data_type: &DataType, levels: &[Level], first: usize) -> Option<usize> {
+    let Some((level, rest)) = levels.split_first() else {
+        let nested = matches!(data_type, DataType::Struct(_) | DataType::Map(..))
+            || element_type(data_type).is_some();
+        return (!nested).then_some(first);
+    };
+    match (level, data_type) {
+        (Level::Field { position, .. }, DataType::Struct(children)) => {
+            let before: usize = children[..*position]
+                .iter()
+                .map(|c| leaves(c.data_type()))
+                .sum();
+            leaf_at(children.get(*position)?.data_type(), rest, first + before)
+        }
+        (Level::Values, DataType::Map(entries, _)) => match entries.data_type() {
+            DataType::Struct(kv) if kv.len() == 2 => {
+                let keys = leaves(kv[0].data_type());
+                leaf_at(kv[1].data_type(), rest, first + keys)
+            }
+            _ => None,
+        },
+        (Level::Elements, data_type) => leaf_at(element_type(data_type)?, rest, first),
+        _ => None,
+    }
+}
+
+/// The values (not NULL) of the Parquet column `leaf` in the file, as its footer gives
+/// them without reading a page: its chunks' definition level histograms (the values at the
+/// highest level), else, for a column outside any list (one level a row), the chunks'
+/// values less their statistics' NULLs. `None` when a chunk says neither.
+fn footer_count(metadata: &ParquetMetaData, leaf: usize) -> Option<u64> {
+    let mut total = 0_u64;
+    for group in metadata.row_groups() {
+        let chunk = group.columns().get(leaf)?;
+        let descr = chunk.column_descr();
+        let (max_def, max_rep) = (descr.max_def_level(), descr.max_rep_level());
+        let values = if max_def == 0 && max_rep == 0 {
+            chunk.num_values()
+        } else if let Some(histogram) = chunk.definition_level_histogram() {
+            histogram.get(usize::try_from(max_def).ok()?)?
+        } else if max_rep == 0 {
+            let nulls = chunk.statistics()?.null_count_opt()?;
+            chunk.num_values().checked_sub(i64::try_from(nulls).ok()?)?
+        } else {
+            return None;
+        };
+        total = total.checked_add(u64::try_from(values).ok()?)?;
+    }
+    Some(total)
 }
 
 #[cfg(test)]
@@ -87,9 +211,8 @@ mod tests {
     use parquet::file::properties::WriterProperties;
 
     use super::super::testutil::*;
-    use super::super::{
-        Compression, ConvertError, ConvertSpec, InputFormat, SumValue, convert, decode,
-    };
+    use super::super::typed::checks;
+    use super::super::{ConvertError, ConvertSpec, InputFormat, SumValue, convert};
 
     /// A Parquet file of `columns` (name, values), `row_group_rows` rows per row group.
     fn file_with(columns: Vec<(&str, ArrayRef)>, row_group_rows: usize) -> Vec<u8> {
@@ -443,56 +566,19 @@ mod tests {
 
     #[test]
     fn many_row_groups_stream_in_bounded_batches() {
-        let n = 20_000;
-        let bytes = file_with(
-            vec![
-                (
-                    "wide",
-                    Arc::new(StringArray::from_iter_values(
-                        (0..n).map(|i| format!("{i:0>200}")),
-                    )) as ArrayRef,
-                ),
-                ("n", Arc::new(Int32Array::from_iter_values(0..n))),
-            ],
-            1000,
-        );
-        let mut spec = spec(r#"[{"name":"n","type":"int64","nullable":false}]"#);
-        spec.batch_rows = 300;
-        spec.sum_columns = vec!["n".into()];
-        let mut batches = 0;
-        let stats = decode(&bytes[..], &spec, |batch| {
-            assert!(batch.num_rows() <= 300, "{}", batch.num_rows());
-            assert_eq!(batch.num_columns(), 1, "only the schema's column");
-            batches += 1;
-            Ok(())
-        })
-        .unwrap();
-        assert_eq!(stats.rows, n as u64);
-        assert!(batches >= n as usize / 300, "{batches}");
-        assert_eq!(
-            stats.sums["n"],
-            SumValue::Int(i128::from(n - 1) * i128::from(n) / 2)
-        );
+        let bytes = file_with(checks::wide_and_numbered(20_000), 1000);
+        let mut spec = checks::streams_in_bounded_batches(InputFormat::Parquet, &bytes, 20_000);
         spec.row_group_rows = 5000;
         let (stats, file) = run(&bytes, &spec);
-        assert_eq!((stats.rows, stats.row_groups), (n as u64, 4));
+        assert_eq!((stats.rows, stats.row_groups), (20_000, 4));
         assert_eq!(file.rows[12_345], ["12345"]);
     }
 
     #[test]
     fn all_columns_missing_gives_null_rows_of_the_files_length() {
-        let bytes = file_with(
-            vec![(
-                "other",
-                Arc::new(Int32Array::from_iter_values(0..7)) as ArrayRef,
-            )],
-            3,
-        );
-        let mut spec = spec(r#"[{"name":"a","type":"string"}]"#);
-        spec.batch_rows = 2;
-        let (stats, file) = run(&bytes, &spec);
-        assert_eq!(stats.rows, 7);
-        assert!(file.rows.iter().all(|r| r == &["∅"]));
+        let other = Arc::new(Int32Array::from_iter_values(0..7)) as ArrayRef;
+        let bytes = file_with(vec![("other", other)], 3);
+        checks::no_schema_column_gives_null_rows(InputFormat::Parquet, &bytes);
     }
 
     #[test]
@@ -514,54 +600,18 @@ mod tests {
             ("b", Arc::new(StringArray::from(vec!["x", "y"])) as ArrayRef),
             ("a", Arc::new(Int32Array::from(vec![4, 5]))),
         ]);
-        let mut spec = spec(r#"[{"name":"a","type":"int64"},{"name":"b","type":"string"}]"#);
-        spec.sum_columns = vec!["a".into()];
-        for (compression, wrapped) in [
-            (Compression::Gzip, gzip(&bytes)),
-            (Compression::Zstd, zstd(&bytes)),
-        ] {
-            spec.compression = compression;
-            let (stats, file) = run(&wrapped, &spec);
-            assert_eq!(file.rows, text_rows(&["4|x", "5|y"]), "{compression}");
-            assert_eq!(stats.sums["a"], SumValue::Int(9));
-            assert_eq!(stats.bytes_read, wrapped.len() as u64);
-            assert_eq!(stats.bytes_decoded, bytes.len() as u64);
-            // A truncated wrapper is a decompression error, as for text.
-            let err = fail(&wrapped[..wrapped.len() - 8], &spec);
-            assert!(matches!(err, ConvertError::Decompress { .. }), "{err:?}");
-        }
+        checks::read_through_wrappers(InputFormat::Parquet, &bytes);
     }
 
     #[test]
     fn the_spool_is_bounded_by_max_decoded_bytes() {
-        let bytes = file(vec![(
-            "a",
-            Arc::new(Int32Array::from_iter_values(0..1000)) as ArrayRef,
-        )]);
-        let mut spec = spec(r#"[{"name":"a","type":"int32"}]"#);
-        spec.max_decoded_bytes = Some(bytes.len() as u64 - 1);
-        assert!(matches!(fail(&bytes, &spec), ConvertError::TooLarge { .. }));
-        spec.max_decoded_bytes = Some(bytes.len() as u64);
-        assert_eq!(run(&bytes, &spec).0.rows, 1000);
+        let a = Arc::new(Int32Array::from_iter_values(0..1000)) as ArrayRef;
+        checks::the_spool_is_bounded(InputFormat::Parquet, &file(vec![("a", a)]));
     }
 
     #[test]
     fn corrupt_or_truncated_files_are_errors_never_panics() {
-        let bytes = file_with(
-            vec![
-                (
-                    "a",
-                    Arc::new(Int64Array::from_iter_values(0..3000)) as ArrayRef,
-                ),
-                (
-                    "s",
-                    Arc::new(StringArray::from_iter_values(
-                        (0..3000).map(|i| format!("v{}", i % 17)),
-                    )),
-                ),
-            ],
-            700,
-        );
+        let bytes = file_with(checks::numbered_and_repeated(), 700);
         let spec =
             spec(r#"[{"name":"a","type":"int64","nullable":false},{"name":"s","type":"string"}]"#);
         for input in [
@@ -647,5 +697,87 @@ mod tests {
             parse_error(&out, &spec(r#"[{"name":"a","type":"int32"}]"#)),
             r#"column "a": appears more than once in the file"#
         );
+    }
+
+    /// [`checks::nested_batch`] as Parquet.
+    fn nested(properties: Option<WriterProperties>) -> Vec<u8> {
+        let batch = checks::nested_batch();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, batch.schema(), properties).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        out
+    }
+
+    #[test]
+    fn nested_columns_paths_and_policies() {
+        let bytes = nested(None);
+        checks::nested(InputFormat::Parquet, &bytes);
+    }
+
+    #[test]
+    fn unknown_leaves_are_counted_from_the_footer_and_only_read_leaves_projected() {
+        use super::super::arrays::{Cover, Level};
+        use super::{footer_count, leaf_at, leaves, needed};
+
+        let field = |name: &str, position| Level::Field {
+            name: name.into(),
+            position,
+        };
+        let count = |bytes: Vec<u8>, root: usize, levels: &[Level]| {
+            let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+                bytes::Bytes::from(bytes),
+            )
+            .unwrap();
+            let fields = builder.schema().fields().clone();
+            let first: usize = fields[..root].iter().map(|f| leaves(f.data_type())).sum();
+            let leaf = leaf_at(fields[root].data_type(), levels, first)?;
+            footer_count(builder.metadata(), leaf)
+        };
+        // Leaves: id 0, user.name 1, .age 2, .extra 3, tags 4, attrs' keys 5 and values 6,
+        // events' at 7, kind 8, note 9, moments 10, payload 11.
+        let extra = [field("extra", 2)];
+        let note = [Level::Elements, field("note", 2)];
+        assert_eq!(count(nested(None), 1, &extra), Some(1));
+        assert_eq!(count(nested(None), 4, &note), Some(2));
+        assert_eq!(count(nested(None), 6, &[]), Some(2));
+        assert_eq!(
+            count(nested(None), 5, &[]),
+            None,
+            "a list: read to be counted"
+        );
+        // Without statistics (nor level histograms) in the footer, the values are read.
+        let bare = || {
+            let properties = WriterProperties::builder()
+                .set_statistics_enabled(parquet::file::properties::EnabledStatistics::None)
+                .build();
+            nested(Some(properties))
+        };
+        assert_eq!(count(bare(), 1, &extra), None);
+        assert_eq!(count(bare(), 4, &note), None);
+        checks::nested_columns_round_trip(InputFormat::Parquet, &bare());
+
+        let batch = checks::nested_batch();
+        let schema = batch.schema();
+        let leaves_read = |root: usize, cover: Cover| {
+            let first: usize = schema.fields()[..root]
+                .iter()
+                .map(|f| leaves(f.data_type()))
+                .sum();
+            let mut read = Vec::new();
+            needed(schema.field(root).data_type(), &cover, first, &mut read);
+            read
+        };
+        let fields = |covered: &[(usize, Cover)]| Cover::Fields(covered.iter().cloned().collect());
+        assert_eq!(leaves_read(1, fields(&[(0, Cover::All)])), [1]);
+        assert_eq!(
+            leaves_read(1, fields(&[])),
+            [1],
+            "one leaf, for the struct's NULLs"
+        );
+        assert_eq!(leaves_read(3, Cover::Values(Box::new(Cover::All))), [5, 6]);
+        let kinds = Cover::Elements(Box::new(fields(&[(1, Cover::All)])));
+        assert_eq!(leaves_read(4, kinds), [8]);
+        assert_eq!(leaves_read(4, Cover::All), [7, 8, 9]);
     }
 }

@@ -6,7 +6,7 @@ OPTIONS is a JSON object: "delimiter" (one character), "column_types" (column na
 int64, int32, float64, float32, string, bool, date, timestamp or decimal(P,S)), and any of
 "null_values", "true_values", "false_values", "decimal_point", "timestamp_parsers",
 "strings_can_be_null" and "quoted_strings_can_be_null", passed to
-pyarrow.csv.ConvertOptions as they are.
+pyarrow.csv.ConvertOptions as they are (null: pyarrow's default).
 
 Values: NULL as null, integers and booleans as JSON, strings as strings, floats as their
 repr (a string, so that no JSON reader rounds them), decimals as their text ("1.50"),
@@ -65,7 +65,7 @@ def values(column):
 def main():
     path, options = sys.argv[1], json.loads(sys.argv[2])
     types = {name: arrow_type(t) for name, t in options["column_types"].items()}
-    convert = {k: options[k] for k in CONVERT_OPTIONS if k in options}
+    convert = {k: options[k] for k in CONVERT_OPTIONS if options.get(k) is not None}
     table = csv.read_csv(
         path,
         parse_options=csv.ParseOptions(delimiter=options.get("delimiter", ",")),

@@ -25,7 +25,7 @@ use tidemark::convert::{
 use tidemark::schema::ColumnSpec;
 use tidemark_tests::table_reader::reader_python;
 
-/// One file: its columns, the spellings it is read with, and how pyarrow is told the same.
+/// One file: its columns and the spellings it is read with.
 struct Case {
     name: &'static str,
     delimiter: u8,
@@ -33,8 +33,6 @@ struct Case {
     columns: Value,
     values: CsvValues,
     empty_strings: EmptyStrings,
-    /// The options of `read_csv.py` (pyarrow's `ConvertOptions`) but `column_types`.
-    pyarrow: Value,
     /// For each column, the fields to draw its values from (unquoted text).
     fields: Vec<Vec<&'static str>>,
 }
@@ -87,19 +85,28 @@ impl Case {
         csv
     }
 
-    /// The options of `read_csv.py` for this case.
+    /// The options of `read_csv.py` for this case: pyarrow's `ConvertOptions` that say
+    /// what the source's spellings say (null values, quoted ones too, in string columns too;
+    /// boolean spellings; the decimal point; the columns' time formats).
     fn reader_options(&self) -> Value {
-        let mut options = self.pyarrow.clone();
-        let types: serde_json::Map<String, Value> = self
-            .columns
-            .as_array()
-            .unwrap()
+        let columns = self.columns.as_array().unwrap();
+        let types: serde_json::Map<String, Value> = columns
             .iter()
             .map(|c| (c["name"].as_str().unwrap().to_owned(), c["type"].clone()))
             .collect();
-        options["column_types"] = Value::Object(types);
-        options["delimiter"] = json!(char::from(self.delimiter).to_string());
-        options
+        let formats: Vec<&Value> = columns.iter().filter_map(|c| c.get("format")).collect();
+        let values = &self.values;
+        json!({
+            "delimiter": char::from(self.delimiter).to_string(),
+            "column_types": types,
+            "null_values": values.null_values,
+            "true_values": values.true_values,
+            "false_values": values.false_values,
+            "decimal_point": if values.decimal_comma { "," } else { "." },
+            "timestamp_parsers": (!formats.is_empty()).then_some(formats),
+            "strings_can_be_null": true,
+            "quoted_strings_can_be_null": true,
+        })
     }
 }
 
@@ -130,15 +137,6 @@ fn european() -> Case {
             decimal_comma: true,
         },
         empty_strings: EmptyStrings::Null,
-        pyarrow: json!({
-            "null_values": ["NA", "\\N", "NULL", ""],
-            "true_values": ["Y", "1"],
-            "false_values": ["N", "0"],
-            "decimal_point": ",",
-            "timestamp_parsers": ["%d/%m/%Y %H:%M:%S"],
-            "strings_can_be_null": true,
-            "quoted_strings_can_be_null": true,
-        }),
         fields: vec![
             vec!["1", "-42", "9007199254740993", "NA", "\\N", "", "0"],
             vec![
@@ -205,14 +203,6 @@ fn database() -> Case {
             decimal_comma: false,
         },
         empty_strings: EmptyStrings::Empty,
-        pyarrow: json!({
-            "null_values": ["NA", "\\N"],
-            "true_values": ["true", "1"],
-            "false_values": ["false", "0"],
-            "timestamp_parsers": ["%Y%m%d %H%M%S"],
-            "strings_can_be_null": true,
-            "quoted_strings_can_be_null": true,
-        }),
         fields: vec![
             vec!["1", "-2147483648", "2147483647", "NA", "\\N"],
             vec![

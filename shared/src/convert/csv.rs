@@ -1912,7 +1912,9 @@ mod tests {
     use std::cell::Cell;
 
     use super::super::testutil::*;
-    use super::super::{BadRows, ConvertError, ConvertStats, CsvValues, InputFormat, convert};
+    use super::super::{
+        BadRows, ConvertError, ConvertStats, CsvColumns, CsvValues, InputFormat, convert,
+    };
     use super::*;
     use crate::schema::ColumnSpec;
 
@@ -1975,8 +1977,10 @@ mod tests {
     /// Reads every batch from the scan's fields where it can and with arrow-csv where it
     /// cannot: on random files of every column type, with every spelling the two might
     /// read differently, under the source's spellings (null values, booleans, decimal
-    /// commas, time formats) or without, rescuing bad values or not, both give
-    /// byte-identical Parquet, the same sums, rejects and rescued values, or the same error.
+    /// commas, time formats) or without, rescuing bad values or not, columns matched by
+    /// position or by name (two of them then unknown, ignored or rescued), both give
+    /// byte-identical Parquet, the same sums, rejects, ignored and rescued values, or the
+    /// same error.
     #[test]
     fn fields_read_once_agree_with_arrow_csv() {
         const VALUES: [&[&str]; 9] = [
@@ -2088,7 +2092,7 @@ mod tests {
             {"name": "t", "type": "timestamp", "format": "%d/%m/%Y %H:%M",
              "timezone": "America/New_York"}]"#;
         let mut next = xorshift(0x9e37_79b9_7f4a_7c15_u64);
-        let (mut clean, mut failed, mut rescued) = (0, 0, 0);
+        let (mut landed, mut failed, mut rescued, mut ignored) = (0, 0, 0, 0);
         FAST_BATCHES.set(0);
         for round in 0..3000 {
             let rows = 1 + next() % 12;
@@ -2145,6 +2149,21 @@ mod tests {
                 if pick & 32 != 0 {
                     spec.bad_values = BadValues::Rescue;
                 }
+                if pick & 64 != 0 {
+                    // By the header's names, "s" and "b" unknown to the schema.
+                    let known: Vec<_> = (spec.columns.iter())
+                        .filter(|c| c.name != "s" && c.name != "b")
+                        .cloned()
+                        .collect();
+                    let mut by_name = ConvertSpec::with_columns(spec.format, &known);
+                    by_name.csv_columns = CsvColumns::ByName;
+                    by_name.csv_values = spec.csv_values;
+                    by_name.bad_values = spec.bad_values;
+                    if pick & 128 != 0 {
+                        by_name.unknown_fields = UnknownFields::Rescue;
+                    }
+                    spec = by_name;
+                }
                 spec
             };
             spec.batch_rows = 1 + (next() % 8) as usize;
@@ -2165,14 +2184,18 @@ mod tests {
                 arrow.map(|a| a.1)
             );
             match fast {
-                Ok(f) if !f.1.ends_with(" rescued 0") => rescued += 1,
-                Ok(_) => clean += 1,
+                Ok(f) => {
+                    landed += 1;
+                    rescued += usize::from(!f.1.ends_with(" rescued 0"));
+                    ignored += usize::from(!f.1.contains("Ignored { values: 0,"));
+                }
                 Err(_) => failed += 1,
             }
         }
         assert!(
-            clean > 800 && failed > 1000 && rescued > 500,
-            "{clean} converted, {failed} failed, {rescued} with values rescued"
+            landed > 1500 && failed > 1000 && rescued > 500 && ignored > 100,
+            "{landed} converted ({rescued} with values rescued, {ignored} with values \
+             ignored), {failed} failed"
         );
         assert!(
             FAST_BATCHES.get() > 2000,

@@ -26,6 +26,31 @@
 //! Decimal, date and timestamp columns are read by [`super::value`], which refuses what
 //! arrow-csv would round, truncate or drop; float columns are checked for numbers too
 //! large for the type (read as infinity).
+//!
+//! A source may spell values otherwise ([`super::CsvValues`], a column's time format), or
+//! rescue bad values: then both paths read every column with
+//! [`CsvBatches::spelled_column`], arrow-csv's only splitting the records into text fields.
+//! - A field equal (whole, case-sensitive, after unquoting) to one of the null values is
+//!   NULL in every column, string columns too. An empty field is NULL in every column but
+//!   a string one, where it is NULL or "" as `empty_strings` says, unless "" is itself a
+//!   null value. A NULL in a non-nullable column fails the row (or rejects it), naming the
+//!   null value.
+//! - A bool field reads as the listed `true_values` / `false_values` (exactly), or, without
+//!   a list, as `true` / `false` in any case.
+//! - Under a decimal comma, float and decimal fields have one comma for their point (`1,50`,
+//!   `-0,5e3`); a `.` or a second comma (digits grouped) does not read. Integers are not
+//!   affected.
+//! - A timestamp or date column with a `format` or `timezone` is read by
+//!   [`TimeReading`]; without, as ever.
+//! - Under [`BadValues::Rescue`] a value of a nullable column that does not read is NULL, and
+//!   its text and the message it would fail with go to the rescued column (one JSON object
+//!   per row, its fields in column order, keyed by column path); the row lands. In a
+//!   non-nullable column the value fails the row as ever.
+//! - The columns of a header that the schema does not name (see `header.rs`) are read as
+//!   text, then counted under [`UnknownFields::Ignore`] or rescued under
+//!   [`UnknownFields::Rescue`], each field neither empty nor a null value.
+//!
+//! Without any of these, every column is read as it always was, on the same paths.
 
 use std::borrow::Cow;
 use std::io::BufRead;
@@ -47,12 +72,12 @@ use arrow_csv::reader::Decoder;
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 
 use super::reject::RejectLog;
-use super::value;
+use super::value::{self, TimeReading};
 use super::{
-    Batches, ConvertError, ConvertSpec, CsvOptions, EmptyStrings, arrow_message, null_violation,
-    nullable,
+    BadValues, Batches, ConvertError, ConvertSpec, CsvOptions, EmptyStrings, Ignored,
+    UnknownFields, arrow_message, null_violation, nullable,
 };
-use crate::schema::ColumnType;
+use crate::schema::{ColumnType, FieldPath, Step};
 
 /// Record batches decoded from CSV text.
 pub(super) struct CsvBatches<R> {
@@ -65,10 +90,24 @@ pub(super) struct CsvBatches<R> {
     /// The spec's schema and its column types.
     schema: SchemaRef,
     types: Vec<ColumnType>,
-    /// `schema` with all fields nullable: the schema of the batches returned.
+    /// The spec's [`ConvertSpec::decoded_schema`] with all fields nullable: the schema of
+    /// the batches returned (the rescued column last when a policy rescues).
     decode_schema: SchemaRef,
-    /// `decode_schema` with the columns read by [`value`] as text: what arrow-csv decodes.
+    /// `schema`, all nullable, with the columns read by [`value`] as text (every column
+    /// under [`Spellings`]): what arrow-csv decodes.
     read_schema: SchemaRef,
+    /// How the fields spell values beyond what arrow-csv reads (`None`: they do not, and
+    /// each column is read as it always was).
+    spelled: Option<Spellings>,
+    /// Each column's name spelled as a path: the keys of the rescued column and of the
+    /// ignored fields.
+    paths: Vec<String>,
+    /// The columns the schema does not name (`csv.columns: "name"`): counted in `ignored`,
+    /// or kept in the rescued column, as [`ConvertSpec::unknown_fields`] says.
+    unknown: Vec<usize>,
+    unknown_fields: UnknownFields,
+    /// Values of unknown columns dropped since [`Batches::take_ignored`].
+    ignored: Ignored,
     /// All fields nullable text: decodes any record with the right number of fields.
     text_schema: SchemaRef,
     /// Bytes of the records of the batch in progress (or of the header).
@@ -119,15 +158,15 @@ impl<R: BufRead> CsvBatches<R> {
         spec: &ConvertSpec,
         types: Vec<ColumnType>,
     ) -> Result<Self, ConvertError> {
-        let decode_schema = nullable(&spec.schema);
+        let spelled = Spellings::of(spec);
         let text = |f: &Field| Field::new(f.name(), DataType::Utf8, true);
         let text_fields: Vec<_> = spec.schema.fields().iter().map(|f| text(f)).collect();
-        let read_fields: Vec<_> = decode_schema
+        let read_fields: Vec<_> = nullable(&spec.schema)
             .fields()
             .iter()
             .zip(&types)
             .map(|(f, ty)| {
-                if read_exactly(*ty) {
+                if read_exactly(*ty) || spelled.is_some() {
                     text(f)
                 } else {
                     f.as_ref().clone()
@@ -135,6 +174,12 @@ impl<R: BufRead> CsvBatches<R> {
             })
             .collect();
         let read_schema = Arc::new(Schema::new(read_fields));
+        let paths = spec
+            .schema
+            .fields()
+            .iter()
+            .map(|f| path_of(f.name()))
+            .collect();
         let special = [Some(options.delimiter), Some(options.quote), options.escape];
         let plain_dialect = special
             .iter()
@@ -154,8 +199,13 @@ impl<R: BufRead> CsvBatches<R> {
             schema: spec.schema.clone(),
             spans: Spans::new(types.len()),
             types,
-            decode_schema,
+            decode_schema: nullable(&spec.decoded_schema()),
             read_schema,
+            spelled,
+            paths,
+            unknown: Vec::new(),
+            unknown_fields: spec.unknown_fields,
+            ignored: Ignored::default(),
             text_schema: Arc::new(Schema::new(text_fields)),
             raw: Vec::new(),
             plain_dialect,
@@ -178,6 +228,13 @@ impl<R: BufRead> CsvBatches<R> {
             }
         }
         Ok(batches)
+    }
+
+    /// Says which columns (indices) the schema does not name: a header's columns matched
+    /// by name (see `header.rs`), each read as text.
+    pub(super) fn with_unknown(mut self, unknown: Vec<usize>) -> Self {
+        self.unknown = unknown;
+        self
     }
 
     /// A decoder of one record against `schema`.
@@ -286,8 +343,12 @@ impl<R: BufRead> CsvBatches<R> {
     }
 
     /// Reads the text columns of `batch` that stand for decimal, date and timestamp
-    /// columns exactly; `None` if a value does not read (left to [`Self::first_error`]).
+    /// columns exactly (every column, under [`Spellings`]); `None` if a value does not read
+    /// (left to [`Self::first_error`]).
     fn read_exact(&self, batch: RecordBatch) -> Option<RecordBatch> {
+        if self.spelled.is_some() {
+            return self.read_text(&batch);
+        }
         if !self.types.iter().any(|ty| read_exactly(*ty)) {
             return Some(batch);
         }
@@ -337,7 +398,8 @@ impl<R: BufRead> CsvBatches<R> {
 
     /// Replaces NULLs in string columns with "" if the spec asks for it.
     fn fill_empty_strings(&self, batch: RecordBatch) -> Result<RecordBatch, ConvertError> {
-        if self.empty_strings == EmptyStrings::Null {
+        // Under spellings the columns are read whole by `spelled_column`.
+        if self.empty_strings == EmptyStrings::Null || self.spelled.is_some() {
             return Ok(batch);
         }
         let columns = batch
@@ -553,7 +615,7 @@ impl<R: BufRead> CsvBatches<R> {
         }
         let batch = self.read_exact(batch)?;
         // An infinity may stand for an overflow, which only the record's own check tells.
-        if has_infinity(&batch)
+        if self.may_overflow(&batch)
             && records
                 .iter()
                 .any(|(r, line)| self.check_record(r.start, r.end, *line).is_err())
@@ -621,7 +683,15 @@ impl<R: BufRead> CsvBatches<R> {
             let value = text.column(index).as_string_opt::<i32>()?;
             let error =
                 |message| Some(ConvertError::parse(Some(line), Some(field.name()), message));
-            if value.is_null(0) {
+            if self.spelled.is_some() {
+                // The reading of the batch itself, of this one field.
+                let field = (!value.is_null(0)).then(|| Cow::Borrowed(value.value(0)));
+                let read =
+                    self.spelled_column(index, std::iter::once(Some(field)), 1, &mut Vec::new());
+                if let Err(Some(message)) = read {
+                    return error(message);
+                }
+            } else if value.is_null(0) {
                 let kept = *ty == ColumnType::String && self.empty_strings == EmptyStrings::Empty;
                 if !field.is_nullable() && !kept {
                     return error("empty value in a non-nullable column".to_owned());
@@ -681,6 +751,27 @@ fn has_infinity(batch: &RecordBatch) -> bool {
 
 impl<R: BufRead> Batches for CsvBatches<R> {
     fn next_batch(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
+        let batch = self.next_records()?;
+        if let Some(batch) = &batch
+            && !self.unknown.is_empty()
+        {
+            self.count_ignored(batch);
+        }
+        Ok(batch)
+    }
+
+    fn take_rejects(&mut self) -> Vec<super::Rejected> {
+        self.rejects.take()
+    }
+
+    fn take_ignored(&mut self) -> Ignored {
+        std::mem::take(&mut self.ignored)
+    }
+}
+
+impl<R: BufRead> CsvBatches<R> {
+    /// The next batch of records, every column read (see [`Batches::next_batch`]).
+    fn next_records(&mut self) -> Result<Option<RecordBatch>, ConvertError> {
         self.line += newlines(&self.raw);
         self.raw.clear();
         self.spans.clear();
@@ -713,10 +804,6 @@ impl<R: BufRead> Batches for CsvBatches<R> {
             }
             Err(e) => Err(e),
         }
-    }
-
-    fn take_rejects(&mut self) -> Vec<super::Rejected> {
-        self.rejects.take()
     }
 }
 
@@ -765,7 +852,7 @@ impl<R: BufRead> CsvBatches<R> {
             let fallback = ConvertError::parse(None, None, "a value does not read exactly");
             return Err(self.diagnosed(fallback));
         };
-        if has_infinity(&batch) {
+        if self.may_overflow(&batch) {
             // An infinity may stand for an overflow, which only each record's check tells.
             if self.rejects.rejects() {
                 return Err(ConvertError::parse(None, None, "a float may overflow"));
@@ -833,10 +920,86 @@ impl<R: BufRead> CsvBatches<R> {
     fn fast_records(&self, first: usize, rows: usize, text: &str) -> Option<RecordBatch> {
         let width = self.types.len();
         let fields = &self.spans.fields[first * width..(first + rows) * width];
-        let columns = (0..width)
-            .map(|c| self.fast_column(c, fields[c..].iter().step_by(width), rows, text))
-            .collect::<Option<Vec<_>>>()?;
+        let mut rescued = Vec::new();
+        let mut columns = Vec::with_capacity(width + 1);
+        for c in 0..width {
+            let fields = fields[c..].iter().step_by(width);
+            columns.push(self.fast_column(c, fields, rows, text, &mut rescued)?);
+        }
+        self.batch_of(columns, rows, rescued)
+    }
+
+    /// The batch of `columns` (of `rows` rows), with the rescued column when a policy
+    /// rescues: the `rescued` fields and the values of unknown columns, in the order of
+    /// their rows and columns.
+    fn batch_of(
+        &self,
+        mut columns: Vec<ArrayRef>,
+        rows: usize,
+        mut rescued: Vec<Rescued>,
+    ) -> Option<RecordBatch> {
+        if let Some(spelled) = self.spelled.as_ref().filter(|s| s.rescues) {
+            if spelled.rescue_unknown {
+                for &c in &self.unknown {
+                    let values = columns[c].as_string_opt::<i32>()?;
+                    let kept = values.iter().enumerate().filter_map(|(row, v)| {
+                        let text = v.filter(|v| !v.is_empty())?.to_owned();
+                        let why = "not in the schema".to_owned();
+                        Some(Rescued {
+                            row,
+                            column: c,
+                            text,
+                            why,
+                        })
+                    });
+                    rescued.extend(kept);
+                }
+                rescued.sort_by_key(|r| (r.row, r.column));
+            }
+            columns.push(Arc::new(rescued_column(rows, &rescued, &self.paths)));
+        }
         RecordBatch::try_new(self.decode_schema.clone(), columns).ok()
+    }
+
+    /// The text columns of `batch` (arrow-csv's split of the records) read as the fast path
+    /// reads the scan's fields: under [`Spellings`], both paths read every column with
+    /// [`Self::spelled_column`].
+    fn read_text(&self, batch: &RecordBatch) -> Option<RecordBatch> {
+        let mut rescued = Vec::new();
+        let mut columns = Vec::with_capacity(batch.num_columns() + 1);
+        for (c, column) in batch.columns().iter().enumerate() {
+            let text = column.as_string_opt::<i32>()?;
+            let texts = text.iter().map(|v| Some(v.map(Cow::Borrowed)));
+            columns.push(
+                self.spelled_column(c, texts, text.len(), &mut rescued)
+                    .ok()?,
+            );
+        }
+        self.batch_of(columns, batch.num_rows(), rescued)
+    }
+
+    /// Whether a float column of `batch` holds an infinity that may stand for an overflow
+    /// (under [`Spellings`] a float that overflows does not read, and an infinity is spelled
+    /// out).
+    fn may_overflow(&self, batch: &RecordBatch) -> bool {
+        self.spelled.is_none() && has_infinity(batch)
+    }
+
+    /// Counts the values of unknown columns in `batch` (the rows that land) under
+    /// [`UnknownFields::Ignore`]: every field neither empty nor a null value.
+    fn count_ignored(&mut self, batch: &RecordBatch) {
+        if self.unknown_fields != UnknownFields::Ignore {
+            return;
+        }
+        for &c in &self.unknown {
+            let Some(values) = batch.column(c).as_string_opt::<i32>() else {
+                continue;
+            };
+            let n = values.iter().flatten().filter(|v| !v.is_empty()).count();
+            if n > 0 {
+                self.ignored.add(&self.paths[c], n as u64);
+            }
+        }
     }
 
     /// Column `c` of the batch from its fields, or `None` to decline (see
@@ -847,6 +1010,7 @@ impl<R: BufRead> CsvBatches<R> {
         fields: impl Iterator<Item = &'a (u32, u32)>,
         rows: usize,
         raw: &'a str,
+        rescued: &mut Vec<Rescued>,
     ) -> Option<ArrayRef> {
         let ty = self.types[c];
         let nullable = self.schema.field(c).is_nullable();
@@ -863,6 +1027,9 @@ impl<R: BufRead> CsvBatches<R> {
             }
             Some(Some(Cow::Borrowed(text)))
         });
+        if self.spelled.is_some() {
+            return self.spelled_column(c, texts, rows, rescued).ok();
+        }
         Some(match ty {
             ColumnType::String => {
                 let keep = self.empty_strings == EmptyStrings::Empty;
@@ -933,6 +1100,98 @@ impl<R: BufRead> CsvBatches<R> {
     }
 }
 
+impl<R> CsvBatches<R> {
+    /// Column `c` of a batch read from the texts of its fields under [`Spellings`], on
+    /// either path (`None`: a field that cannot be read as text; `Some(None)`: an empty
+    /// field): a null value is NULL, any other field is read by the column's type and the
+    /// source's spellings, and a value that does not read is rescued into `rescued` (its
+    /// row counted from the first text) under [`BadValues::Rescue`] when the column is
+    /// nullable. `Err` when the column cannot be built: `None` for a field that cannot be
+    /// read, else the message of the first field that fails (a value that does not read, a
+    /// NULL in a non-nullable column).
+    fn spelled_column<'a>(
+        &self,
+        c: usize,
+        texts: impl Iterator<Item = Option<Option<Cow<'a, str>>>>,
+        rows: usize,
+        rescued: &mut Vec<Rescued>,
+    ) -> Result<ArrayRef, Option<String>> {
+        let spelled = self.spelled.as_ref().ok_or(None)?;
+        let ty = self.types[c];
+        let nullable = self.schema.field(c).is_nullable();
+        let fields = SpelledFields {
+            spelled,
+            column: c,
+            nullable,
+            empty_text: ty == ColumnType::String && spelled.empty_text,
+            rescue: nullable && spelled.rescue_values,
+        };
+        let cannot = |t: &str| format!("cannot parse {t:?} as {ty}");
+        Ok(match ty {
+            ColumnType::String => {
+                let mut builder = StringBuilder::with_capacity(rows, 0);
+                fields.read(texts, rescued, |t| {
+                    builder.append_option(t);
+                    Ok(())
+                })?;
+                Arc::new(builder.finish()) as ArrayRef
+            }
+            ColumnType::Int64 => {
+                Arc::new(fields.primitive::<Int64Type>(texts, rows, rescued, |t| {
+                    Int64Type::parse(t).ok_or_else(|| cannot(t))
+                })?)
+            }
+            ColumnType::Int32 => {
+                Arc::new(fields.primitive::<Int32Type>(texts, rows, rescued, |t| {
+                    Int32Type::parse(t).ok_or_else(|| cannot(t))
+                })?)
+            }
+            ColumnType::Float64 => {
+                Arc::new(fields.primitive::<Float64Type>(texts, rows, rescued, |t| {
+                    spelled.float::<Float64Type>(t, ty, f64::is_infinite)
+                })?)
+            }
+            ColumnType::Float32 => {
+                Arc::new(fields.primitive::<Float32Type>(texts, rows, rescued, |t| {
+                    spelled.float::<Float32Type>(t, ty, f32::is_infinite)
+                })?)
+            }
+            ColumnType::Bool => {
+                let mut builder = BooleanBuilder::with_capacity(rows);
+                fields.read(texts, rescued, |t| {
+                    builder.append_option(t.map(|t| spelled.bool(t)).transpose()?);
+                    Ok(())
+                })?;
+                Arc::new(builder.finish())
+            }
+            ColumnType::Decimal { precision, scale } => Arc::new(
+                fields
+                    .primitive::<Decimal128Type>(texts, rows, rescued, |t| {
+                        let number = spelled.number(t, ty)?;
+                        value::decimal(&number, precision, scale.unsigned_abs())
+                            .map_err(|e| value::decimal_message(&format!("{t:?}"), ty, e))
+                    })?
+                    .with_precision_and_scale(precision, scale)
+                    .map_err(|e| Some(arrow_message(e)))?,
+            ),
+            ColumnType::Date => {
+                let time = &spelled.times[c];
+                Arc::new(fields.primitive::<Date32Type>(texts, rows, rescued, |t| time.date(t))?)
+            }
+            ColumnType::Timestamp => {
+                let time = &spelled.times[c];
+                Arc::new(
+                    fields
+                        .primitive::<TimestampMicrosecondType>(texts, rows, rescued, |t| {
+                            time.timestamp(t)
+                        })?
+                        .with_data_type(ty.to_arrow()),
+                )
+            }
+        })
+    }
+}
+
 /// A column of type `T` of `texts` (`None`: decline; `Some(None)`: an empty field, a NULL),
 /// each value read by `read` (`None`: decline).
 fn primitive<'a, T: ArrowPrimitiveType>(
@@ -950,6 +1209,248 @@ fn primitive<'a, T: ArrowPrimitiveType>(
         }
     }
     Some(builder.finish())
+}
+
+/// What the fields of a source spell beyond what arrow-csv reads (null values, booleans,
+/// decimal commas, time formats), and what a value that does not read becomes. A decoder
+/// with any of these reads every column with [`CsvBatches::spelled_column`] on both paths:
+/// arrow-csv then only splits the records into text fields, so that the two read the same
+/// values by construction.
+#[derive(Debug)]
+struct Spellings {
+    /// Fields that are NULL in every column, compared whole after unquoting
+    /// ([`super::CsvValues::null_values`]).
+    nulls: Vec<String>,
+    /// An empty field of a string column is "" (`empty_strings` says so, and "" is not a
+    /// null value); of any other column it is NULL.
+    empty_text: bool,
+    /// Fields read as `true` in a bool column (`None`: `true` in any case).
+    trues: Option<Vec<String>>,
+    /// Fields read as `false` in a bool column (`None`: `false` in any case).
+    falses: Option<Vec<String>>,
+    /// Float and decimal fields have a comma for their decimal point.
+    decimal_comma: bool,
+    /// Each column's time format and zone.
+    times: Vec<TimeReading>,
+    /// A value of a nullable column that does not read is NULL and rescued
+    /// ([`BadValues::Rescue`]).
+    rescue_values: bool,
+    /// The decoder gives the rescued column.
+    rescues: bool,
+    /// The values of unknown columns go to the rescued column ([`UnknownFields::Rescue`]).
+    rescue_unknown: bool,
+}
+
+impl Spellings {
+    /// The spellings of `spec`; `None` when it has arrow-csv's alone, no column has a time
+    /// format or zone, and no policy rescues (the default, read as it always was).
+    fn of(spec: &ConvertSpec) -> Option<Self> {
+        let times: Vec<_> = spec
+            .schema
+            .fields()
+            .iter()
+            .map(|f| TimeReading::of(spec, f.name()))
+            .collect();
+        let values = &spec.csv_values;
+        if values.is_default() && !spec.rescues() && times.iter().all(TimeReading::is_default) {
+            return None;
+        }
+        let nulls = values.null_values.clone().unwrap_or_default();
+        Some(Self {
+            empty_text: spec.empty_strings == EmptyStrings::Empty
+                && !nulls.iter().any(String::is_empty),
+            nulls,
+            trues: values.true_values.clone(),
+            falses: values.false_values.clone(),
+            decimal_comma: values.decimal_comma,
+            times,
+            rescue_values: spec.bad_values == BadValues::Rescue,
+            rescues: spec.rescues(),
+            rescue_unknown: spec.unknown_fields == UnknownFields::Rescue,
+        })
+    }
+
+    /// Whether the (non-empty) text of a field is a null value.
+    fn is_null(&self, text: &str) -> bool {
+        self.nulls.iter().any(|n| n == text)
+    }
+
+    /// A bool field's value.
+    fn bool(&self, text: &str) -> Result<bool, String> {
+        let spells = |listed: &Option<Vec<String>>, word: &str| match listed {
+            Some(spellings) => spellings.iter().any(|s| s == text),
+            None => text.eq_ignore_ascii_case(word),
+        };
+        if spells(&self.trues, "true") {
+            Ok(true)
+        } else if spells(&self.falses, "false") {
+            Ok(false)
+        } else {
+            Err(format!("cannot parse {text:?} as bool"))
+        }
+    }
+
+    /// The text of a float or decimal field (of type `ty`) with a `.` for its decimal
+    /// point, as the parsers read it: under a decimal comma, one comma becomes the point, and
+    /// a `.` or a second comma (digits grouped) does not read.
+    fn number<'t>(&self, text: &'t str, ty: ColumnType) -> Result<Cow<'t, str>, String> {
+        if !self.decimal_comma {
+            return Ok(Cow::Borrowed(text));
+        }
+        if text.contains('.') {
+            return Err(format!(
+                "cannot parse {text:?} as {ty}: the decimal point is a comma (decimal_point)"
+            ));
+        }
+        match text.bytes().filter(|&b| b == b',').count() {
+            0 => Ok(Cow::Borrowed(text)),
+            1 => Ok(Cow::Owned(text.replacen(',', ".", 1))),
+            _ => Err(format!(
+                "cannot parse {text:?} as {ty}: it has more than one decimal comma (digits may \
+                 not be grouped)"
+            )),
+        }
+    }
+
+    /// A float field's value, read by arrow-csv's own parser; a number too large for the
+    /// type does not read (arrow-cast reads it as infinity).
+    fn float<T: Parser>(
+        &self,
+        text: &str,
+        ty: ColumnType,
+        infinite: impl Fn(T::Native) -> bool,
+    ) -> Result<T::Native, String> {
+        let number = self.number(text, ty)?;
+        match T::parse(&number) {
+            Some(v) if infinite(v) && !value::spells_infinity(&number) => {
+                Err(value::float_overflow(&format!("{text:?}"), ty))
+            }
+            Some(v) => Ok(v),
+            None => Err(format!("cannot parse {text:?} as {ty}")),
+        }
+    }
+}
+
+/// The fields of one column read under [`Spellings`] (see [`CsvBatches::spelled_column`]).
+struct SpelledFields<'s> {
+    spelled: &'s Spellings,
+    column: usize,
+    nullable: bool,
+    /// An empty field is "" (a string column under `empty_strings: "empty"`).
+    empty_text: bool,
+    /// A value that does not read is rescued (the column is nullable).
+    rescue: bool,
+}
+
+impl SpelledFields<'_> {
+    /// Gives `put` each field of `texts` in turn: its text, or `None` for NULL (an empty
+    /// field, a null value, a value rescued after `put` refused it). `Err` at the first
+    /// field that cannot be read (`None`), or the first that fails, with its message: a
+    /// value `put` refuses (unless rescued), a NULL in a non-nullable column.
+    fn read<'a>(
+        &self,
+        texts: impl Iterator<Item = Option<Option<Cow<'a, str>>>>,
+        rescued: &mut Vec<Rescued>,
+        mut put: impl FnMut(Option<&str>) -> Result<(), String>,
+    ) -> Result<(), Option<String>> {
+        for (row, text) in texts.enumerate() {
+            let text = text.ok_or(None)?;
+            // The null value the field is (`None`: it is empty).
+            let null = match &text {
+                None if self.empty_text => {
+                    put(Some("")).map_err(Some)?;
+                    continue;
+                }
+                None => None,
+                Some(t) if self.spelled.is_null(t) => Some(t),
+                Some(t) => match put(Some(t)) {
+                    Ok(()) => continue,
+                    Err(why) if self.rescue => {
+                        let (column, text) = (self.column, t.to_string());
+                        rescued.push(Rescued {
+                            row,
+                            column,
+                            text,
+                            why,
+                        });
+                        put(None).map_err(Some)?;
+                        continue;
+                    }
+                    Err(why) => return Err(Some(why)),
+                },
+            };
+            if !self.nullable {
+                return Err(Some(match null {
+                    None => "empty value in a non-nullable column".to_owned(),
+                    Some(t) => format!("null value {t:?} (null_values) in a non-nullable column"),
+                }));
+            }
+            put(None).map_err(Some)?;
+        }
+        Ok(())
+    }
+
+    /// A column of type `T`, each value read by `read`.
+    fn primitive<'a, T: ArrowPrimitiveType>(
+        &self,
+        texts: impl Iterator<Item = Option<Option<Cow<'a, str>>>>,
+        rows: usize,
+        rescued: &mut Vec<Rescued>,
+        read: impl Fn(&str) -> Result<T::Native, String>,
+    ) -> Result<PrimitiveArray<T>, Option<String>> {
+        let mut builder = PrimitiveBuilder::<T>::with_capacity(rows);
+        self.read(texts, rescued, |t| {
+            builder.append_option(t.map(&read).transpose()?);
+            Ok(())
+        })?;
+        Ok(builder.finish())
+    }
+}
+
+/// A field kept in the rescued column: its row in the batch, its column, its text and why.
+#[derive(Debug)]
+struct Rescued {
+    row: usize,
+    column: usize,
+    text: String,
+    why: String,
+}
+
+/// The rescued column of a batch of `rows` rows: for each row, NULL when nothing of it is in
+/// `rescued` (sorted by row), else `{"fields":{PATH:TEXT,…},"reasons":{PATH:WHY,…}}` with
+/// its fields in order, each named by its column's path in `paths`.
+fn rescued_column(rows: usize, rescued: &[Rescued], paths: &[String]) -> StringArray {
+    let json = |s: &str| serde_json::Value::from(s).to_string();
+    let mut builder = StringBuilder::with_capacity(rows, 0);
+    let mut rest = rescued;
+    for row in 0..rows {
+        let n = rest.iter().take_while(|r| r.row == row).count();
+        let (fields, more) = rest.split_at(n);
+        rest = more;
+        if fields.is_empty() {
+            builder.append_null();
+            continue;
+        }
+        let entries = |value: &dyn Fn(&Rescued) -> &str| {
+            let entries: Vec<_> = fields
+                .iter()
+                .map(|r| format!("{}:{}", json(&paths[r.column]), json(value(r))))
+                .collect();
+            entries.join(",")
+        };
+        builder.append_value(format!(
+            r#"{{"fields":{{{}}},"reasons":{{{}}}}}"#,
+            entries(&|r| &r.text),
+            entries(&|r| &r.why)
+        ));
+    }
+    builder.finish()
+}
+
+/// A column's name spelled as a path (`a`, `["a.b"]`).
+fn path_of(name: &str) -> String {
+    FieldPath::new(vec![Step::Key(name.to_owned())])
+        .map_or_else(|| name.to_owned(), |p| p.to_string())
 }
 
 /// The text of a quoted field with a doubled quote or an escape in it, as csv-core reads
@@ -1411,8 +1912,11 @@ mod tests {
     use std::cell::Cell;
 
     use super::super::testutil::*;
-    use super::super::{BadRows, ConvertError, InputFormat, convert};
+    use super::super::{
+        BadRows, ConvertError, ConvertStats, CsvColumns, CsvValues, InputFormat, convert,
+    };
     use super::*;
+    use crate::schema::ColumnSpec;
 
     thread_local! {
         /// Makes the decoders of this thread decode every batch with arrow-csv.
@@ -1448,7 +1952,8 @@ mod tests {
     }
 
     /// `input` converted with `spec`, every batch read by arrow-csv when `arrow_only`: the
-    /// rows, the sums and rejects as text, and the Parquet file; or the error as text.
+    /// rows, the sums, rejects, ignored and rescued values as text, and the Parquet file; or
+    /// the error as text.
     fn converted(
         input: &[u8],
         spec: &ConvertSpec,
@@ -1460,7 +1965,10 @@ mod tests {
         ARROW_ONLY.set(false);
         result
             .map(|stats| {
-                let text = format!("{:?} {:?}", stats.sums, stats.rejects);
+                let text = format!(
+                    "{:?} {:?} {:?} rescued {}",
+                    stats.sums, stats.rejects, stats.ignored, stats.rescued_rows
+                );
                 (stats.rows, text, out)
             })
             .map_err(|e| e.to_string())
@@ -1468,8 +1976,11 @@ mod tests {
 
     /// Reads every batch from the scan's fields where it can and with arrow-csv where it
     /// cannot: on random files of every column type, with every spelling the two might
-    /// read differently, both give byte-identical Parquet, the same sums and rejects, or
-    /// the same error.
+    /// read differently, under the source's spellings (null values, booleans, decimal
+    /// commas, time formats) or without, rescuing bad values or not, columns matched by
+    /// position or by name (two of them then unknown, ignored or rescued), both give
+    /// byte-identical Parquet, the same sums, rejects, ignored and rescued values, or the
+    /// same error.
     #[test]
     fn fields_read_once_agree_with_arrow_csv() {
         const VALUES: [&[&str]; 9] = [
@@ -1486,6 +1997,8 @@ mod tests {
                 " 1",
                 "x",
                 "",
+                "NA",
+                "\\N",
             ],
             &[
                 "1",
@@ -1495,6 +2008,7 @@ mod tests {
                 "-0",
                 "1e3",
                 "",
+                "NA",
             ],
             &[
                 "1.50",
@@ -1506,6 +2020,10 @@ mod tests {
                 ".5",
                 "abc",
                 "",
+                "1,5",
+                "-0,25",
+                "1,000,5",
+                "NA",
             ],
             &[
                 "1.5",
@@ -1522,8 +2040,11 @@ mod tests {
                 "-infinity",
                 "2.5e-310",
                 "",
+                "1,5",
+                "1,5e400",
+                "\\N",
             ],
-            &["1.5", "3.4028236e38", "1e-46", "0.1", "16777217", ""],
+            &["1.5", "3.4028236e38", "1e-46", "0.1", "16777217", "", "2,5"],
             &[
                 "plain",
                 "with, comma",
@@ -1532,9 +2053,19 @@ mod tests {
                 "é ü 😀",
                 " padded ",
                 "",
+                "NA",
+                "\\N",
+                "NA ",
             ],
-            &["true", "FALSE", "True", "yes", "1", ""],
-            &["2024-01-02", "2024-02-30", "2024-1-2", ""],
+            &["true", "FALSE", "True", "yes", "1", "", "Y", "N", "0", "NA"],
+            &[
+                "2024-01-02",
+                "2024-02-30",
+                "2024-1-2",
+                "",
+                "02.01.2024",
+                "NA",
+            ],
             &[
                 "2024-01-02T03:04:05.123Z",
                 "2024-01-02 03:04:05",
@@ -1542,6 +2073,9 @@ mod tests {
                 "2024-01-02T03:04:05.1234567Z",
                 "x",
                 "",
+                "02/01/2024 03:04",
+                "31/02/2024 03:04",
+                "NA",
             ],
         ];
         let columns = r#"[
@@ -1550,10 +2084,17 @@ mod tests {
             {"name": "f32", "type": "float32"}, {"name": "s", "type": "string"},
             {"name": "b", "type": "bool"}, {"name": "d", "type": "date"},
             {"name": "t", "type": "timestamp"}]"#;
+        let formats = r#"[
+            {"name": "i64", "type": "int64"}, {"name": "i32", "type": "int32", "nullable": false},
+            {"name": "dec", "type": "decimal(12,2)"}, {"name": "f64", "type": "float64"},
+            {"name": "f32", "type": "float32"}, {"name": "s", "type": "string"},
+            {"name": "b", "type": "bool"}, {"name": "d", "type": "date", "format": "%d.%m.%Y"},
+            {"name": "t", "type": "timestamp", "format": "%d/%m/%Y %H:%M",
+             "timezone": "America/New_York"}]"#;
         let mut next = xorshift(0x9e37_79b9_7f4a_7c15_u64);
-        let (mut clean, mut failed) = (0, 0);
+        let (mut landed, mut failed, mut rescued, mut ignored) = (0, 0, 0, 0);
         FAST_BATCHES.set(0);
-        for round in 0..2000 {
+        for round in 0..3000 {
             let rows = 1 + next() % 12;
             let mut input = String::from("i64,i32,dec,f64,f32,s,b,d,t\n");
             for _ in 0..rows {
@@ -1582,14 +2123,56 @@ mod tests {
                     "\n"
                 });
             }
-            let mut spec = csv_spec(columns);
+            // One round in three plain; the others with some of the spellings.
+            let mut spec = if round % 3 == 0 {
+                csv_spec(columns)
+            } else {
+                let pick = next();
+                let spelled_columns = if pick.is_multiple_of(3) {
+                    formats
+                } else {
+                    columns
+                };
+                let mut spec = spelled(spelled_columns, CsvValues::default());
+                let values = &mut spec.csv_values;
+                if pick & 2 != 0 {
+                    values.null_values = listed(&["NA", "\\N"][..1 + (pick >> 8) as usize % 2]);
+                    if pick & 4 != 0 {
+                        values.null_values.as_mut().unwrap().push(String::new());
+                    }
+                }
+                if pick & 8 != 0 {
+                    values.true_values = listed(&["Y", "1", "true"]);
+                    values.false_values = listed(&["N", "0"]);
+                }
+                values.decimal_comma = pick & 16 != 0;
+                if pick & 32 != 0 {
+                    spec.bad_values = BadValues::Rescue;
+                }
+                if pick & 64 != 0 {
+                    // By the header's names, "s" and "b" unknown to the schema.
+                    let known: Vec<_> = (spec.columns.iter())
+                        .filter(|c| c.name != "s" && c.name != "b")
+                        .cloned()
+                        .collect();
+                    let mut by_name = ConvertSpec::with_columns(spec.format, &known);
+                    by_name.csv_columns = CsvColumns::ByName;
+                    by_name.csv_values = spec.csv_values;
+                    by_name.bad_values = spec.bad_values;
+                    if pick & 128 != 0 {
+                        by_name.unknown_fields = UnknownFields::Rescue;
+                    }
+                    spec = by_name;
+                }
+                spec
+            };
             spec.batch_rows = 1 + (next() % 8) as usize;
             spec.batch_bytes = 1 + (next() % 400) as usize;
             spec.sum_columns = ["i64", "i32", "dec", "f64"].map(String::from).into();
             if round % 2 == 0 {
                 spec.bad_rows = BadRows::Reject { max: 100 };
             }
-            if round % 3 == 0 {
+            if next().is_multiple_of(3) {
                 spec.empty_strings = EmptyStrings::Empty;
             }
             let fast = converted(input.as_bytes(), &spec, false);
@@ -1600,15 +2183,24 @@ mod tests {
                 fast.map(|f| f.1),
                 arrow.map(|a| a.1)
             );
-            if fast.is_ok() {
-                clean += 1
-            } else {
-                failed += 1
+            match fast {
+                Ok(f) => {
+                    landed += 1;
+                    rescued += usize::from(!f.1.ends_with(" rescued 0"));
+                    ignored += usize::from(!f.1.contains("Ignored { values: 0,"));
+                }
+                Err(_) => failed += 1,
             }
         }
         assert!(
-            clean > 500 && failed > 300,
-            "{clean} converted, {failed} failed"
+            landed > 1500 && failed > 1000 && rescued > 500 && ignored > 100,
+            "{landed} converted ({rescued} with values rescued, {ignored} with values \
+             ignored), {failed} failed"
+        );
+        assert!(
+            FAST_BATCHES.get() > 2000,
+            "{} fast batches",
+            FAST_BATCHES.get()
         );
     }
 
@@ -1895,6 +2487,317 @@ mod tests {
         let mut spec = csv_spec(ABC);
         spec.empty_strings = EmptyStrings::Empty;
         assert_eq!(run("a,b,c\n,,\n", &spec).1.rows, text_rows(&["∅||∅"]));
+    }
+
+    /// A spec for default CSV with `columns` (JSON column specs, their formats and zones
+    /// kept) and `values`.
+    fn spelled(columns: &str, values: CsvValues) -> ConvertSpec {
+        let columns: Vec<ColumnSpec> = serde_json::from_str(columns).unwrap();
+        let mut spec = ConvertSpec::with_columns(InputFormat::Csv(CsvOptions::default()), &columns);
+        spec.csv_values = values;
+        spec
+    }
+
+    fn listed(spellings: &[&str]) -> Option<Vec<String>> {
+        Some(spellings.iter().map(|s| s.to_string()).collect())
+    }
+
+    /// [`run`] with and without the fast path, which must agree; the first.
+    fn run_both(input: &str, spec: &ConvertSpec) -> (ConvertStats, Parquet) {
+        let fast = run(input, spec);
+        ARROW_ONLY.set(true);
+        let arrow = run(input, spec);
+        ARROW_ONLY.set(false);
+        assert_eq!(fast.1.rows, arrow.1.rows, "{input:?}");
+        assert_eq!(fast.0, arrow.0, "{input:?}");
+        fast
+    }
+
+    /// [`parse_error`] with and without the fast path, which must agree.
+    fn error_both(input: &str, spec: &ConvertSpec) -> String {
+        let fast = parse_error(input, spec);
+        ARROW_ONLY.set(true);
+        let arrow = parse_error(input, spec);
+        ARROW_ONLY.set(false);
+        assert_eq!(fast, arrow, "{input:?}");
+        fast
+    }
+
+    const SPELLED: &str = r#"[{"name":"i","type":"int64"},{"name":"s","type":"string"},
+        {"name":"b","type":"bool"},{"name":"f","type":"float64"},
+        {"name":"d","type":"decimal(12,2)"},{"name":"t","type":"timestamp"}]"#;
+
+    #[test]
+    fn null_values_are_null_in_every_column_strings_too() {
+        let nulls = CsvValues {
+            null_values: listed(&["NA", "\\N", "NULL"]),
+            ..CsvValues::default()
+        };
+        let mut spec = spelled(SPELLED, nulls);
+        let input = "i,s,b,f,d,t\n\
+            1,NA,true,1.5,\"NA\",\\N\n\
+            NULL,x,NA,NA,2,2024-01-02T03:04:05Z\n\
+            ,,,,,\n\
+            3,na,FALSE,,,\n\
+            4,\"NA \",false,-0.5,0.5,\n";
+        FAST_BATCHES.set(0);
+        let (stats, parquet) = run_both(input, &spec);
+        assert_eq!(
+            FAST_BATCHES.get(),
+            1,
+            "a clean batch is read from the fields"
+        );
+        assert_eq!(stats.rows, 5);
+        let rows = [
+            "1|∅|true|1.5|∅|∅",
+            "∅|x|∅|∅|2.00|2024-01-02T03:04:05Z",
+            "∅|∅|∅|∅|∅|∅",
+            "3|na|false|∅|∅|∅",
+            "4|NA |false|-0.5|0.50|∅",
+        ];
+        assert_eq!(
+            parquet.rows,
+            text_rows(&rows),
+            "whole, case-sensitive, quoted or not"
+        );
+
+        // An empty string field follows empty_strings unless "" is a null value.
+        spec.empty_strings = EmptyStrings::Empty;
+        let (_, parquet) = run_both("i,s,b,f,d,t\n,,,,,\n5,NA,,,,\n", &spec);
+        assert_eq!(parquet.rows, text_rows(&["∅||∅|∅|∅|∅", "5|∅|∅|∅|∅|∅"]));
+        spec.csv_values.null_values = listed(&["NA", ""]);
+        let (_, parquet) = run_both("i,s,b,f,d,t\n,,,,,\n6,\"\",,,,\n", &spec);
+        assert_eq!(parquet.rows, text_rows(&["∅|∅|∅|∅|∅|∅", "6|∅|∅|∅|∅|∅"]));
+
+        // None listed: only the spellings of the type.
+        spec.csv_values.null_values = Some(Vec::new());
+        assert_eq!(
+            error_both("i,s,b,f,d,t\n1,x,,NA,,\n", &spec),
+            r#"line 2: column "f": cannot parse "NA" as float64"#
+        );
+    }
+
+    #[test]
+    fn a_null_value_in_a_required_column_fails_or_rejects_its_row() {
+        let columns = r#"[{"name":"id","type":"int64","nullable":false},
+            {"name":"s","type":"string","nullable":false}]"#;
+        let nulls = CsvValues {
+            null_values: listed(&["NA", "-"]),
+            ..CsvValues::default()
+        };
+        let mut spec = spelled(columns, nulls);
+        spec.empty_strings = EmptyStrings::Empty;
+        assert_eq!(
+            error_both("id,s\n1,x\nNA,y\n", &spec),
+            r#"line 3: column "id": null value "NA" (null_values) in a non-nullable column"#
+        );
+        assert_eq!(
+            error_both("id,s\n1,\n2,\"-\"\n", &spec),
+            r#"line 3: column "s": null value "-" (null_values) in a non-nullable column"#,
+            "an empty string is a value, a null value is not"
+        );
+        spec.bad_rows = BadRows::Reject { max: 10 };
+        let (stats, parquet) = run_both("id,s\n1,x\nNA,y\n3,-\n4,z\n", &spec);
+        assert_eq!(parquet.rows, text_rows(&["1|x", "4|z"]));
+        let rejected: Vec<_> = stats.rejects.iter().map(|r| r.error.as_str()).collect();
+        assert_eq!(
+            rejected,
+            [
+                r#"line 3: column "id": null value "NA" (null_values) in a non-nullable column"#,
+                r#"line 4: column "s": null value "-" (null_values) in a non-nullable column"#
+            ]
+        );
+    }
+
+    #[test]
+    fn booleans_in_the_sources_spellings() {
+        let columns = r#"[{"name":"b","type":"bool"},{"name":"c","type":"bool"}]"#;
+        assert_eq!(
+            error_both("b,c\ntrue,1\n", &csv_spec(columns)),
+            r#"line 2: column "c": cannot parse "1" as bool"#,
+            "by default only true and false, in any case"
+        );
+        let spellings = CsvValues {
+            true_values: listed(&["Y", "1"]),
+            false_values: listed(&["N", "0"]),
+            ..CsvValues::default()
+        };
+        let spec = spelled(columns, spellings);
+        let (_, parquet) = run_both("b,c\nY,0\n1,N\n\"N\",\n", &spec);
+        assert_eq!(
+            parquet.rows,
+            text_rows(&["true|false", "true|false", "false|∅"])
+        );
+        for (field, shown) in [("true", "true"), ("y", "y"), (" Y", " Y")] {
+            assert_eq!(
+                error_both(&format!("b,c\nY,N\n{field},N\n"), &spec),
+                format!(r#"line 3: column "b": cannot parse "{shown}" as bool"#),
+                "listed spellings are exact"
+            );
+        }
+        // One list alone: the other keeps its word.
+        let trues = CsvValues {
+            true_values: listed(&["yes"]),
+            ..CsvValues::default()
+        };
+        let spec = spelled(columns, trues);
+        let (_, parquet) = run_both("b,c\nyes,FALSE\n", &spec);
+        assert_eq!(parquet.rows, text_rows(&["true|false"]));
+        assert_eq!(
+            error_both("b,c\nTrue,false\n", &spec),
+            r#"line 2: column "b": cannot parse "True" as bool"#
+        );
+    }
+
+    #[test]
+    fn decimal_commas_in_float_and_decimal_columns() {
+        let columns = r#"[{"name":"i","type":"int64"},{"name":"f","type":"float64"},
+            {"name":"g","type":"float32"},{"name":"d","type":"decimal(12,2)"}]"#;
+        let comma = CsvValues {
+            decimal_comma: true,
+            ..CsvValues::default()
+        };
+        let mut spec = spelled(columns, comma);
+        spec.format = InputFormat::Csv(CsvOptions {
+            delimiter: b';',
+            ..CsvOptions::default()
+        });
+        let input =
+            "i;f;g;d\n1;1,5;2,25;1,50\n2;-0,25;\"3\";\"-3,5\"\n3;1,5e3;,5;,5\n4;;;\n5;inf;-0;7\n";
+        let (_, parquet) = run_both(input, &spec);
+        assert_eq!(
+            parquet.rows,
+            text_rows(&[
+                "1|1.5|2.25|1.50",
+                "2|-0.25|3.0|-3.50",
+                "3|1500.0|0.5|0.50",
+                "4|∅|∅|∅",
+                "5|inf|-0.0|7.00"
+            ])
+        );
+        for (row, error) in [
+            (
+                "1;1.5;;",
+                r#"column "f": cannot parse "1.5" as float64: the decimal point is a comma (decimal_point)"#,
+            ),
+            (
+                "1;;;1.000,50",
+                r#"column "d": cannot parse "1.000,50" as decimal(12,2): the decimal point is a comma (decimal_point)"#,
+            ),
+            (
+                "1;;;1,000,50",
+                r#"column "d": cannot parse "1,000,50" as decimal(12,2): it has more than one decimal comma (digits may not be grouped)"#,
+            ),
+            (
+                "1;;;1,005",
+                r#"column "d": cannot parse "1,005" as decimal(12,2): it has more than 2 digits after the point and would be rounded"#,
+            ),
+            (
+                "1;;1e39;",
+                r#"column "g": cannot parse "1e39" as float32: out of range"#,
+            ),
+            ("1,0;;;", r#"column "i": cannot parse "1,0" as int64"#),
+        ] {
+            assert_eq!(
+                error_both(&format!("i;f;g;d\n1;1;1;1\n{row}\n"), &spec),
+                format!("line 3: {error}")
+            );
+        }
+        // With commas for delimiters, the fields are quoted.
+        spec.format = InputFormat::Csv(CsvOptions::default());
+        let (_, parquet) = run_both("i,f,g,d\n1,\"1,5\",\"2\",\"0,01\"\n", &spec);
+        assert_eq!(parquet.rows, text_rows(&["1|1.5|2.0|0.01"]));
+    }
+
+    #[test]
+    fn times_in_each_columns_format_and_zone() {
+        let columns = r#"[
+            {"name":"t","type":"timestamp","format":"%d/%m/%Y %H:%M","timezone":"Europe/Paris"},
+            {"name":"d","type":"date","format":"%d.%m.%Y"},
+            {"name":"e","type":"timestamp","format":"epoch_millis"},
+            {"name":"u","type":"timestamp"}]"#;
+        let spec = spelled(columns, CsvValues::default());
+        assert!(spec.csv_values.is_default() && Spellings::of(&spec).is_some());
+        let input = "t,d,e,u\n03/01/2024 10:20,31.12.2023,1704274800123,2024-01-02T03:04:05Z\n\
+            03/07/2024 10:20,,,\n";
+        let (_, parquet) = run_both(input, &spec);
+        assert_eq!(
+            parquet.rows,
+            text_rows(&[
+                "2024-01-03T09:20:00Z|2023-12-31|2024-01-03T09:40:00.123Z|2024-01-02T03:04:05Z",
+                "2024-07-03T08:20:00Z|∅|∅|∅",
+            ]),
+            "Paris is UTC+1 in winter, UTC+2 in summer"
+        );
+        let e = error_both("t,d,e,u\n2024-01-03 10:20,,,\n", &spec);
+        assert!(
+            e.starts_with(
+                r#"line 2: column "t": cannot parse "2024-01-03 10:20" as timestamp with the format "%d/%m/%Y %H:%M""#
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            error_both("t,d,e,u\n,2023-12-31,,\n", &spec),
+            r#"line 2: column "d": cannot parse "2023-12-31" as date with the format "%d.%m.%Y""#
+        );
+
+        // Without formats, zones or spellings, every column is read as it always was.
+        assert!(Spellings::of(&csv_spec(ALL_TYPES)).is_none());
+    }
+
+    #[test]
+    fn bad_values_are_rescued_and_their_rows_land() {
+        let mut spec = spelled(
+            r#"[{"name":"id","type":"int64","nullable":false},{"name":"b","type":"bool"},
+                {"name":"a.b","type":"decimal(12,2)"},{"name":"s","type":"string"}]"#,
+            CsvValues {
+                null_values: listed(&["NA"]),
+                ..CsvValues::default()
+            },
+        );
+        spec.bad_values = BadValues::Rescue;
+        spec.sum_columns = vec!["a.b".into()];
+        let input = "id,b,a.b,s\n1,maybe,1.005,x\n2,true,2.50,\"say \"\"hi\"\"\"\n3,NA,x\"y,NA\n";
+        FAST_BATCHES.set(0);
+        let (stats, parquet) = run_both(input, &spec);
+        assert_eq!(FAST_BATCHES.get(), 1, "rescued on the fast path");
+        assert_eq!((stats.rows, stats.rescued_rows), (3, 2));
+        assert_eq!(
+            stats.sums["a.b"].to_string(),
+            "2.50",
+            "sums count what lands"
+        );
+        let first = r#"{"fields":{"b":"maybe","[\"a.b\"]":"1.005"},"reasons":{"b":"cannot parse \"maybe\" as bool","[\"a.b\"]":"cannot parse \"1.005\" as decimal(12,2): it has more than 2 digits after the point and would be rounded"}}"#;
+        let third = r#"{"fields":{"[\"a.b\"]":"x\"y"},"reasons":{"[\"a.b\"]":"cannot parse \"x\\\"y\" as decimal(12,2)"}}"#;
+        assert_eq!(
+            parquet.rows,
+            vec![
+                vec!["1", "∅", "∅", "x", first],
+                vec!["2", "true", "2.50", "say \"hi\"", "∅"],
+                vec!["3", "∅", "∅", "∅", third],
+            ]
+        );
+        for rescued in [first, third] {
+            let value: serde_json::Value = serde_json::from_str(rescued).unwrap();
+            assert!(value["fields"].is_object(), "{rescued} is JSON");
+        }
+
+        // A required column cannot be NULL: its bad value fails (or rejects) the row.
+        assert_eq!(
+            error_both("id,b,a.b,s\n1,,,\nx,,,\n", &spec),
+            r#"line 3: column "id": cannot parse "x" as int64"#
+        );
+        assert_eq!(
+            error_both("id,b,a.b,s\nNA,maybe,,\n", &spec),
+            r#"line 2: column "id": null value "NA" (null_values) in a non-nullable column"#
+        );
+        spec.bad_rows = BadRows::Reject { max: 10 };
+        let (stats, parquet) = run_both("id,b,a.b,s\n1,maybe,,\nx,,,\n3,,,\n", &spec);
+        assert_eq!(
+            (stats.rows, stats.rescued_rows, stats.rejects.len()),
+            (2, 1, 1)
+        );
+        assert_eq!(parquet.rows[1], ["3", "∅", "∅", "∅", "∅"]);
     }
 
     #[test]

@@ -130,8 +130,8 @@ pub enum CsvColumns {
     #[default]
     ByPosition,
     /// By the header's names, in any order: a nullable column the file lacks is NULL, a
-    /// required one fails the object naming it, other columns are ignored (see
-    /// `convert/header.rs`).
+    /// required one fails the object naming it, other columns follow
+    /// [`ConvertSpec::unknown_fields`] (see `convert/header.rs`).
     ByName,
 }
 
@@ -1163,10 +1163,7 @@ impl<'s> Decoding<'s> {
             InputFormat::Csv(options)
                 if options.header && spec.csv_columns == CsvColumns::ByName =>
             {
-                let (mapping, reader) = header::map_header(reader, &options, spec)?;
-                let file_types = scalar_types(&mapping.file_spec.schema, "CSV")?;
-                let file = csv::CsvBatches::new(reader, options, &mapping.file_spec, file_types)?;
-                Box::new(header::ByName::new(Box::new(file), mapping, spec))
+                Box::new(header::open(reader, options, spec)?)
             }
             InputFormat::Csv(options) => {
                 let types = scalar_types(&spec.schema, "CSV")?;

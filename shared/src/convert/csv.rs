@@ -954,9 +954,10 @@ impl<R: BufRead> CsvBatches<R> {
                     });
                     rescued.extend(kept);
                 }
-                rescued.sort_by_key(|r| (r.row, r.column));
             }
-            columns.push(Arc::new(rescued_column(rows, &rescued, &self.paths)));
+            // Found column by column: in row order now.
+            rescued.sort_by_key(|r| (r.row, r.column));
+            columns.push(Arc::new(rescued_column(rows, &rescued, &self.paths)?));
         }
         RecordBatch::try_new(self.decode_schema.clone(), columns).ok()
     }
@@ -1524,8 +1525,9 @@ struct Rescued {
 
 /// The rescued column of a batch of `rows` rows: for each row, NULL when nothing of it is in
 /// `rescued` (sorted by row), else `{"fields":{PATH:TEXT,…},"reasons":{PATH:WHY,…}}` with
-/// its fields in order, each named by its column's path in `paths`.
-fn rescued_column(rows: usize, rescued: &[Rescued], paths: &[String]) -> StringArray {
+/// its fields in order, each named by its column's path in `paths`. `None` if a field of
+/// `rescued` is left out of order (or past the rows), rather than dropped.
+fn rescued_column(rows: usize, rescued: &[Rescued], paths: &[String]) -> Option<StringArray> {
     let json = |s: &str| serde_json::Value::from(s).to_string();
     let mut builder = StringBuilder::with_capacity(rows, 0);
     let mut rest = rescued;
@@ -1550,7 +1552,7 @@ fn rescued_column(rows: usize, rescued: &[Rescued], paths: &[String]) -> StringA
             entries(&|r| &r.why)
         ));
     }
-    builder.finish()
+    rest.is_empty().then(|| builder.finish())
 }
 
 /// A column's name spelled as a path (`a`, `["a.b"]`).
@@ -2864,6 +2866,7 @@ mod tests {
         spec.bad_values = BadValues::Rescue;
         spec.sum_columns = vec!["a.b".into()];
         let input = "id,b,a.b,s\n1,maybe,1.005,x\n2,true,2.50,\"say \"\"hi\"\"\"\n3,NA,x\"y,NA\n";
+        let later = "id,b,a.b,s\n1,,,\n2,,x,\n3,no,,\n";
         FAST_BATCHES.set(0);
         let (stats, parquet) = run_both(input, &spec);
         assert_eq!(FAST_BATCHES.get(), 1, "rescued on the fast path");
@@ -2887,6 +2890,17 @@ mod tests {
             let value: serde_json::Value = serde_json::from_str(rescued).unwrap();
             assert!(value["fields"].is_object(), "{rescued} is JSON");
         }
+        // A column's rescued value in an earlier row than the column before it.
+        let (_, parquet) = run_both(later, &spec);
+        let rescued: Vec<_> = parquet.rows.iter().map(|r| r[4].as_str()).collect();
+        assert_eq!(
+            rescued,
+            [
+                "∅",
+                r#"{"fields":{"[\"a.b\"]":"x"},"reasons":{"[\"a.b\"]":"cannot parse \"x\" as decimal(12,2)"}}"#,
+                r#"{"fields":{"b":"no"},"reasons":{"b":"cannot parse \"no\" as bool"}}"#,
+            ]
+        );
 
         // A required column cannot be NULL: its bad value fails (or rejects) the row.
         assert_eq!(

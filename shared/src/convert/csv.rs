@@ -56,7 +56,7 @@ use std::borrow::Cow;
 use std::io::BufRead;
 use std::sync::Arc;
 
-use arrow_array::builder::{BooleanBuilder, PrimitiveBuilder, StringBuilder};
+use arrow_array::builder::{ArrayBuilder, BooleanBuilder, PrimitiveBuilder, StringBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     ArrowPrimitiveType, Date32Type, Decimal128Type, Int32Type, Int64Type, TimestampMicrosecondType,
@@ -954,9 +954,10 @@ impl<R: BufRead> CsvBatches<R> {
                     });
                     rescued.extend(kept);
                 }
-                rescued.sort_by_key(|r| (r.row, r.column));
             }
-            columns.push(Arc::new(rescued_column(rows, &rescued, &self.paths)));
+            // Found column by column: in row order now.
+            rescued.sort_by_key(|r| (r.row, r.column));
+            columns.push(Arc::new(rescued_column(rows, &rescued, &self.paths)?));
         }
         RecordBatch::try_new(self.decode_schema.clone(), columns).ok()
     }
@@ -1130,10 +1131,7 @@ impl<R> CsvBatches<R> {
         Ok(match ty {
             ColumnType::String => {
                 let mut builder = StringBuilder::with_capacity(rows, 0);
-                fields.read(texts, rescued, |t| {
-                    builder.append_option(t);
-                    Ok(())
-                })?;
+                fields.fill(texts, rescued, &mut builder)?;
                 Arc::new(builder.finish()) as ArrayRef
             }
             ColumnType::Int64 => {
@@ -1157,20 +1155,16 @@ impl<R> CsvBatches<R> {
                 })?)
             }
             ColumnType::Bool => {
-                let mut builder = BooleanBuilder::with_capacity(rows);
-                fields.read(texts, rescued, |t| {
-                    builder.append_option(t.map(|t| spelled.bool(t)).transpose()?);
-                    Ok(())
-                })?;
-                Arc::new(builder.finish())
+                let mut column = Parsed {
+                    builder: BooleanBuilder::with_capacity(rows),
+                    read: |t: &str| spelled.bool(t),
+                };
+                fields.fill(texts, rescued, &mut column)?;
+                Arc::new(column.builder.finish())
             }
             ColumnType::Decimal { precision, scale } => Arc::new(
                 fields
-                    .primitive::<Decimal128Type>(texts, rows, rescued, |t| {
-                        let number = spelled.number(t, ty)?;
-                        value::decimal(&number, precision, scale.unsigned_abs())
-                            .map_err(|e| value::decimal_message(&format!("{t:?}"), ty, e))
-                    })?
+                    .primitive::<Decimal128Type>(texts, rows, rescued, |t| spelled.decimal(t, ty))?
                     .with_precision_and_scale(precision, scale)
                     .map_err(|e| Some(arrow_message(e)))?,
             ),
@@ -1221,6 +1215,9 @@ struct Spellings {
     /// Fields that are NULL in every column, compared whole after unquoting
     /// ([`super::CsvValues::null_values`]).
     nulls: Vec<String>,
+    /// The first bytes of the non-empty `nulls`, a bit each: a field starting otherwise is
+    /// no null value, found without comparing it (every field is checked).
+    null_starts: [u64; 4],
     /// An empty field of a string column is "" (`empty_strings` says so, and "" is not a
     /// null value); of any other column it is NULL.
     empty_text: bool,
@@ -1256,7 +1253,12 @@ impl Spellings {
             return None;
         }
         let nulls = values.null_values.clone().unwrap_or_default();
+        let mut null_starts = [0u64; 4];
+        for &b in nulls.iter().filter_map(|n| n.as_bytes().first()) {
+            null_starts[usize::from(b >> 6)] |= 1 << (b & 63);
+        }
         Some(Self {
+            null_starts,
             empty_text: spec.empty_strings == EmptyStrings::Empty
                 && !nulls.iter().any(String::is_empty),
             nulls,
@@ -1271,11 +1273,17 @@ impl Spellings {
     }
 
     /// Whether the (non-empty) text of a field is a null value.
+    #[inline]
     fn is_null(&self, text: &str) -> bool {
-        self.nulls.iter().any(|n| n == text)
+        let Some(&b) = text.as_bytes().first() else {
+            return false;
+        };
+        self.null_starts[usize::from(b >> 6)] & (1 << (b & 63)) != 0
+            && self.nulls.iter().any(|n| n == text)
     }
 
     /// A bool field's value.
+    #[inline]
     fn bool(&self, text: &str) -> Result<bool, String> {
         let spells = |listed: &Option<Vec<String>>, word: &str| match listed {
             Some(spellings) => spellings.iter().any(|s| s == text),
@@ -1290,21 +1298,37 @@ impl Spellings {
         }
     }
 
-    /// The text of a float or decimal field (of type `ty`) with a `.` for its decimal
-    /// point, as the parsers read it: under a decimal comma, one comma becomes the point, and
-    /// a `.` or a second comma (digits grouped) does not read.
-    fn number<'t>(&self, text: &'t str, ty: ColumnType) -> Result<Cow<'t, str>, String> {
-        if !self.decimal_comma {
-            return Ok(Cow::Borrowed(text));
+    /// What `read` gives for the text of a float or decimal field (of type `ty`) with a `.`
+    /// for its decimal point: under a decimal comma, one comma becomes the point, and a `.`
+    /// or a second comma (digits grouped) does not read.
+    #[inline(always)]
+    fn number<R>(
+        &self,
+        text: &str,
+        ty: ColumnType,
+        read: impl FnOnce(&str) -> Result<R, String>,
+    ) -> Result<R, String> {
+        if self.decimal_comma {
+            Self::comma_number(text, ty, read)
+        } else {
+            read(text)
         }
+    }
+
+    /// [`Self::number`] under a decimal comma.
+    fn comma_number<R>(
+        text: &str,
+        ty: ColumnType,
+        read: impl FnOnce(&str) -> Result<R, String>,
+    ) -> Result<R, String> {
         if text.contains('.') {
             return Err(format!(
                 "cannot parse {text:?} as {ty}: the decimal point is a comma (decimal_point)"
             ));
         }
         match text.bytes().filter(|&b| b == b',').count() {
-            0 => Ok(Cow::Borrowed(text)),
-            1 => Ok(Cow::Owned(text.replacen(',', ".", 1))),
+            0 => read(text),
+            1 => read(&text.replacen(',', ".", 1)),
             _ => Err(format!(
                 "cannot parse {text:?} as {ty}: it has more than one decimal comma (digits may \
                  not be grouped)"
@@ -1314,20 +1338,32 @@ impl Spellings {
 
     /// A float field's value, read by arrow-csv's own parser; a number too large for the
     /// type does not read (arrow-cast reads it as infinity).
+    #[inline(always)]
     fn float<T: Parser>(
         &self,
         text: &str,
         ty: ColumnType,
         infinite: impl Fn(T::Native) -> bool,
     ) -> Result<T::Native, String> {
-        let number = self.number(text, ty)?;
-        match T::parse(&number) {
-            Some(v) if infinite(v) && !value::spells_infinity(&number) => {
+        self.number(text, ty, |number| match T::parse(number) {
+            Some(v) if infinite(v) && !value::spells_infinity(number) => {
                 Err(value::float_overflow(&format!("{text:?}"), ty))
             }
             Some(v) => Ok(v),
             None => Err(format!("cannot parse {text:?} as {ty}")),
-        }
+        })
+    }
+
+    /// A decimal field's value, exactly (see [`value::decimal`]).
+    #[inline(always)]
+    fn decimal(&self, text: &str, ty: ColumnType) -> Result<i128, String> {
+        let ColumnType::Decimal { precision, scale } = ty else {
+            return Err(format!("cannot parse {text:?} as {ty}"));
+        };
+        self.number(text, ty, |number| {
+            value::decimal(number, precision, scale.unsigned_abs())
+                .map_err(|e| value::decimal_message(&format!("{text:?}"), ty, e))
+        })
     }
 }
 
@@ -1343,37 +1379,39 @@ struct SpelledFields<'s> {
 }
 
 impl SpelledFields<'_> {
-    /// Gives `put` each field of `texts` in turn: its text, or `None` for NULL (an empty
-    /// field, a null value, a value rescued after `put` refused it). `Err` at the first
-    /// field that cannot be read (`None`), or the first that fails, with its message: a
-    /// value `put` refuses (unless rescued), a NULL in a non-nullable column.
-    fn read<'a>(
+    /// Fills `column` with the fields of `texts` in turn: a value for each text it reads,
+    /// NULL for an empty field, a null value, or a value rescued after `column` refused it.
+    /// `Err` at the first field that cannot be read (`None`), or the first that fails, with
+    /// its message: a value `column` refuses (unless rescued), a NULL in a non-nullable
+    /// column.
+    fn fill<'a>(
         &self,
         texts: impl Iterator<Item = Option<Option<Cow<'a, str>>>>,
         rescued: &mut Vec<Rescued>,
-        mut put: impl FnMut(Option<&str>) -> Result<(), String>,
+        column: &mut impl TextColumn,
     ) -> Result<(), Option<String>> {
-        for (row, text) in texts.enumerate() {
+        for text in texts {
             let text = text.ok_or(None)?;
             // The null value the field is (`None`: it is empty).
             let null = match &text {
                 None if self.empty_text => {
-                    put(Some("")).map_err(Some)?;
+                    column.value("").map_err(Some)?;
                     continue;
                 }
                 None => None,
                 Some(t) if self.spelled.is_null(t) => Some(t),
-                Some(t) => match put(Some(t)) {
+                Some(t) => match column.value(t) {
                     Ok(()) => continue,
                     Err(why) if self.rescue => {
-                        let (column, text) = (self.column, t.to_string());
+                        // Each field before this one has given one value.
+                        let (row, text) = (column.len(), t.to_string());
                         rescued.push(Rescued {
                             row,
-                            column,
+                            column: self.column,
                             text,
                             why,
                         });
-                        put(None).map_err(Some)?;
+                        column.null();
                         continue;
                     }
                     Err(why) => return Err(Some(why)),
@@ -1385,7 +1423,7 @@ impl SpelledFields<'_> {
                     Some(t) => format!("null value {t:?} (null_values) in a non-nullable column"),
                 }));
             }
-            put(None).map_err(Some)?;
+            column.null();
         }
         Ok(())
     }
@@ -1398,12 +1436,81 @@ impl SpelledFields<'_> {
         rescued: &mut Vec<Rescued>,
         read: impl Fn(&str) -> Result<T::Native, String>,
     ) -> Result<PrimitiveArray<T>, Option<String>> {
-        let mut builder = PrimitiveBuilder::<T>::with_capacity(rows);
-        self.read(texts, rescued, |t| {
-            builder.append_option(t.map(&read).transpose()?);
-            Ok(())
-        })?;
-        Ok(builder.finish())
+        let mut column = Parsed {
+            builder: PrimitiveBuilder::<T>::with_capacity(rows),
+            read,
+        };
+        self.fill(texts, rescued, &mut column)?;
+        Ok(column.builder.finish())
+    }
+}
+
+/// A column being built from the texts of its fields (see [`SpelledFields::fill`]).
+trait TextColumn {
+    /// Appends the value `text` reads as; `Err`, appending nothing, if it does not read.
+    fn value(&mut self, text: &str) -> Result<(), String>;
+    /// Appends a NULL.
+    fn null(&mut self);
+    /// Values appended.
+    fn len(&self) -> usize;
+}
+
+impl TextColumn for StringBuilder {
+    #[inline(always)]
+    fn value(&mut self, text: &str) -> Result<(), String> {
+        self.append_value(text);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn null(&mut self) {
+        self.append_null();
+    }
+
+    fn len(&self) -> usize {
+        ArrayBuilder::len(self)
+    }
+}
+
+/// A builder with the reading of its values from text.
+struct Parsed<B, F> {
+    builder: B,
+    read: F,
+}
+
+impl<T: ArrowPrimitiveType, F: Fn(&str) -> Result<T::Native, String>> TextColumn
+    for Parsed<PrimitiveBuilder<T>, F>
+{
+    #[inline(always)]
+    fn value(&mut self, text: &str) -> Result<(), String> {
+        self.builder.append_value((self.read)(text)?);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn null(&mut self) {
+        self.builder.append_null();
+    }
+
+    fn len(&self) -> usize {
+        self.builder.len()
+    }
+}
+
+impl<F: Fn(&str) -> Result<bool, String>> TextColumn for Parsed<BooleanBuilder, F> {
+    #[inline(always)]
+    fn value(&mut self, text: &str) -> Result<(), String> {
+        self.builder.append_value((self.read)(text)?);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn null(&mut self) {
+        self.builder.append_null();
+    }
+
+    fn len(&self) -> usize {
+        self.builder.len()
     }
 }
 
@@ -1418,8 +1525,9 @@ struct Rescued {
 
 /// The rescued column of a batch of `rows` rows: for each row, NULL when nothing of it is in
 /// `rescued` (sorted by row), else `{"fields":{PATH:TEXT,…},"reasons":{PATH:WHY,…}}` with
-/// its fields in order, each named by its column's path in `paths`.
-fn rescued_column(rows: usize, rescued: &[Rescued], paths: &[String]) -> StringArray {
+/// its fields in order, each named by its column's path in `paths`. `None` if a field of
+/// `rescued` is left out of order (or past the rows), rather than dropped.
+fn rescued_column(rows: usize, rescued: &[Rescued], paths: &[String]) -> Option<StringArray> {
     let json = |s: &str| serde_json::Value::from(s).to_string();
     let mut builder = StringBuilder::with_capacity(rows, 0);
     let mut rest = rescued;
@@ -1444,7 +1552,7 @@ fn rescued_column(rows: usize, rescued: &[Rescued], paths: &[String]) -> StringA
             entries(&|r| &r.why)
         ));
     }
-    builder.finish()
+    rest.is_empty().then(|| builder.finish())
 }
 
 /// A column's name spelled as a path (`a`, `["a.b"]`).
@@ -2758,6 +2866,7 @@ mod tests {
         spec.bad_values = BadValues::Rescue;
         spec.sum_columns = vec!["a.b".into()];
         let input = "id,b,a.b,s\n1,maybe,1.005,x\n2,true,2.50,\"say \"\"hi\"\"\"\n3,NA,x\"y,NA\n";
+        let later = "id,b,a.b,s\n1,,,\n2,,x,\n3,no,,\n";
         FAST_BATCHES.set(0);
         let (stats, parquet) = run_both(input, &spec);
         assert_eq!(FAST_BATCHES.get(), 1, "rescued on the fast path");
@@ -2781,6 +2890,17 @@ mod tests {
             let value: serde_json::Value = serde_json::from_str(rescued).unwrap();
             assert!(value["fields"].is_object(), "{rescued} is JSON");
         }
+        // A column's rescued value in an earlier row than the column before it.
+        let (_, parquet) = run_both(later, &spec);
+        let rescued: Vec<_> = parquet.rows.iter().map(|r| r[4].as_str()).collect();
+        assert_eq!(
+            rescued,
+            [
+                "∅",
+                r#"{"fields":{"[\"a.b\"]":"x"},"reasons":{"[\"a.b\"]":"cannot parse \"x\" as decimal(12,2)"}}"#,
+                r#"{"fields":{"b":"no"},"reasons":{"b":"cannot parse \"no\" as bool"}}"#,
+            ]
+        );
 
         // A required column cannot be NULL: its bad value fails (or rejects) the row.
         assert_eq!(

@@ -45,7 +45,7 @@ use std::fmt;
 use std::io::{BufRead, Read, Write};
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
+use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, Schema, SchemaRef};
 use parquet::basic::{Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterPropertiesBuilder};
@@ -822,7 +822,11 @@ fn column_choices(
     if batch.num_rows() < CHOICE_MIN_ROWS {
         return properties;
     }
+    let mut leaves = Vec::new();
     for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        leaf_columns(vec![field.name().clone()], column, &mut leaves);
+    }
+    for (path, column) in leaves {
         let Some(profile) = profile(column.as_ref()) else {
             continue;
         };
@@ -833,7 +837,7 @@ fn column_choices(
         {
             continue;
         }
-        let path = ColumnPath::from(field.name().as_str());
+        let path = ColumnPath::new(path);
         properties = properties.set_column_dictionary_enabled(path.clone(), false);
         if let Some((delta_bits, bits)) = profile.delta_bits
             && delta_bits * 2 <= bits
@@ -842,6 +846,45 @@ fn column_choices(
         }
     }
     properties
+}
+
+/// The leaf columns of `column` (named `path` in the Parquet file) with their values: a
+/// scalar column is its own leaf; a struct's leaves are its fields' (`a.b`), a list's its
+/// elements' (`a.list.element`), a map's its keys' and values' (`a.key_value.key`), as
+/// arrow-rs names them in the file.
+fn leaf_columns(path: Vec<String>, column: &ArrayRef, out: &mut Vec<(Vec<String>, ArrayRef)>) {
+    use arrow_array::cast::AsArray;
+    use arrow_schema::DataType;
+    let child = |name: &str| {
+        let mut p = path.clone();
+        p.push(name.to_owned());
+        p
+    };
+    match column.data_type() {
+        DataType::Struct(fields) => {
+            for (field, values) in fields.iter().zip(column.as_struct().columns()) {
+                leaf_columns(child(field.name()), values, out);
+            }
+        }
+        DataType::List(element) => {
+            let mut p = child("list");
+            p.push(element.name().clone());
+            leaf_columns(p, column.as_list::<i32>().values(), out);
+        }
+        DataType::Map(entries, _) => {
+            let map = column.as_map();
+            let DataType::Struct(kv) = entries.data_type() else {
+                return;
+            };
+            let base = child(entries.name());
+            for (field, values) in kv.iter().zip([map.keys(), map.values()]) {
+                let mut p = base.clone();
+                p.push(field.name().clone());
+                leaf_columns(p, values, out);
+            }
+        }
+        _ => out.push((path, column.clone())),
+    }
 }
 
 /// Distinct values expected among `rows` values drawn like the `count` seen, of which

@@ -383,8 +383,6 @@ pub(super) struct TimeReading {
     zone: Zone,
 }
 
-// Until the JSON and CSV decoders read formats.
-#[allow(dead_code)]
 impl TimeReading {
     /// The reading of the column `name` of `spec` (the default without options).
     pub(super) fn of(spec: &super::ConvertSpec, name: &str) -> Self {
@@ -405,13 +403,6 @@ impl TimeReading {
     /// paths read in their place.
     pub(super) fn is_default(&self) -> bool {
         self.format.is_none() && self.zone.is_utc()
-    }
-
-    /// Whether JSON numbers are read (an epoch format).
-    pub(super) fn reads_numbers(&self) -> bool {
-        self.format
-            .as_ref()
-            .is_some_and(|f| f.epoch_micros().is_some())
     }
 
     /// A timestamp column's text as microseconds since the epoch, or why it cannot be.
@@ -566,14 +557,12 @@ impl TimeReading {
 }
 
 /// Days since 1970-01-01 of `day`, when it fits a `Date32`.
-#[allow(dead_code)]
 fn days(day: chrono::NaiveDate) -> Option<i32> {
     let epoch = chrono::NaiveDate::from_ymd_opt(1970, 1, 1)?;
     i32::try_from((day - epoch).num_days()).ok()
 }
 
 /// `at` in microseconds, refused when it has digits below the microsecond.
-#[allow(dead_code)]
 fn exact_micros(at: chrono::DateTime<Utc>, text: &str) -> Result<i64, String> {
     if !at.timestamp_subsec_nanos().is_multiple_of(1000) {
         return Err(format!(
@@ -933,7 +922,7 @@ mod tests {
     #[test]
     fn timestamps_in_formats_and_zones() {
         let utc = reading(None, None);
-        assert!(utc.is_default() && !utc.reads_numbers());
+        assert!(utc.is_default());
         assert_eq!(
             utc.timestamp("2024-01-02T03:04:05"),
             timestamp("2024-01-02T03:04:05")
@@ -1019,7 +1008,6 @@ mod tests {
             assert_eq!(got.as_deref(), Ok(want), "{format:?} {zone:?} {text}");
         }
         let millis = reading(Some("epoch_millis"), None);
-        assert!(millis.reads_numbers());
         assert_eq!(
             millis
                 .timestamp_number("1704164645123")

@@ -706,7 +706,10 @@ impl<R: BufRead> CsvBatches<R> {
                     .and_then(|_| decoder.flush())
                     .is_err()
                 {
-                    return error(format!("cannot parse {:?} as {ty}", value.value(0)));
+                    return error(format!(
+                        "cannot parse {} as {ty}",
+                        value::Quoted(value.value(0))
+                    ));
                 }
             }
         }
@@ -717,7 +720,7 @@ impl<R: BufRead> CsvBatches<R> {
 /// Why `text` is not an exact value of a column of type `ty`, for the types that
 /// [`value`] reads (and floats, whose overflow arrow-csv reads as infinity).
 fn exact_error(ty: ColumnType, text: &str) -> Option<String> {
-    let shown = || format!("{text:?}");
+    let shown = || value::Quoted(text).to_string();
     match ty {
         ColumnType::Decimal { precision, scale } => {
             value::decimal(text, precision, scale.unsigned_abs())
@@ -1127,7 +1130,7 @@ impl<R> CsvBatches<R> {
             empty_text: ty == ColumnType::String && spelled.empty_text,
             rescue: nullable && spelled.rescue_values,
         };
-        let cannot = |t: &str| format!("cannot parse {t:?} as {ty}");
+        let cannot = |t: &str| format!("cannot parse {} as {ty}", value::Quoted(t));
         Ok(match ty {
             ColumnType::String => {
                 let mut builder = StringBuilder::with_capacity(rows, 0);
@@ -1294,7 +1297,7 @@ impl Spellings {
         } else if spells(&self.falses, "false") {
             Ok(false)
         } else {
-            Err(format!("cannot parse {text:?} as bool"))
+            Err(format!("cannot parse {} as bool", value::Quoted(text)))
         }
     }
 
@@ -1323,15 +1326,17 @@ impl Spellings {
     ) -> Result<R, String> {
         if text.contains('.') {
             return Err(format!(
-                "cannot parse {text:?} as {ty}: the decimal point is a comma (decimal_point)"
+                "cannot parse {} as {ty}: the decimal point is a comma (decimal_point)",
+                value::Quoted(text)
             ));
         }
         match text.bytes().filter(|&b| b == b',').count() {
             0 => read(text),
             1 => read(&text.replacen(',', ".", 1)),
             _ => Err(format!(
-                "cannot parse {text:?} as {ty}: it has more than one decimal comma (digits may \
-                 not be grouped)"
+                "cannot parse {} as {ty}: it has more than one decimal comma (digits may \
+                 not be grouped)",
+                value::Quoted(text)
             )),
         }
     }
@@ -1347,10 +1352,10 @@ impl Spellings {
     ) -> Result<T::Native, String> {
         self.number(text, ty, |number| match T::parse(number) {
             Some(v) if infinite(v) && !value::spells_infinity(number) => {
-                Err(value::float_overflow(&format!("{text:?}"), ty))
+                Err(value::float_overflow(&value::Quoted(text).to_string(), ty))
             }
             Some(v) => Ok(v),
-            None => Err(format!("cannot parse {text:?} as {ty}")),
+            None => Err(format!("cannot parse {} as {ty}", value::Quoted(text))),
         })
     }
 
@@ -1358,11 +1363,11 @@ impl Spellings {
     #[inline(always)]
     fn decimal(&self, text: &str, ty: ColumnType) -> Result<i128, String> {
         let ColumnType::Decimal { precision, scale } = ty else {
-            return Err(format!("cannot parse {text:?} as {ty}"));
+            return Err(format!("cannot parse {} as {ty}", value::Quoted(text)));
         };
         self.number(text, ty, |number| {
             value::decimal(number, precision, scale.unsigned_abs())
-                .map_err(|e| value::decimal_message(&format!("{text:?}"), ty, e))
+                .map_err(|e| value::decimal_message(&value::Quoted(text).to_string(), ty, e))
         })
     }
 }
@@ -1420,7 +1425,10 @@ impl SpelledFields<'_> {
             if !self.nullable {
                 return Err(Some(match null {
                     None => "empty value in a non-nullable column".to_owned(),
-                    Some(t) => format!("null value {t:?} (null_values) in a non-nullable column"),
+                    Some(t) => format!(
+                        "null value {} (null_values) in a non-nullable column",
+                        value::Quoted(t)
+                    ),
                 }));
             }
             column.null();
@@ -2556,7 +2564,7 @@ mod tests {
             assert_eq!(parquet.rows, text_rows(&["1|\u{feff}x|1.00"]));
             assert_eq!(
                 parse_error("a,b,c\n\u{feff}1,x,1\n", &spec),
-                r#"line 2: column "a": cannot parse "\u{feff}1" as int32"#,
+                r#"line 2: column "a": cannot parse "\ufeff1" as int32"#,
                 "the first record after the header keeps its byte order mark"
             );
             assert_eq!(

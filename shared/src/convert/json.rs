@@ -842,7 +842,7 @@ where
                 }
                 TapeElement::String(s) => {
                     let s = tape.get_string(s);
-                    T::parse(s).ok_or_else(|| format!("cannot parse {s:?} as {ty}"))
+                    T::parse(s).ok_or_else(|| format!("cannot parse {} as {ty}", value::Quoted(s)))
                 }
                 TapeElement::Number(s) => value::whole_number(tape.get_string(s), ty, min, max)
                     .and_then(|whole| {
@@ -922,7 +922,7 @@ impl ArrayDecoder for Exact {
         Ok(match ty {
             ColumnType::Decimal { .. } => read!(
                 Decimal128Type,
-                |text| self.decimal(text, &format!("{text:?}")),
+                |text| self.decimal(text, &value::Quoted(text).to_string()),
                 |literal| self.decimal(literal, literal)
             ),
             ColumnType::Date => read!(Date32Type, |text| self.time.date(text), |literal| self
@@ -952,7 +952,7 @@ impl Finite {
         let shown = match tape.get(p) {
             TapeElement::Null => return None,
             TapeElement::Number(s) => tape.get_string(s).to_string(),
-            TapeElement::String(s) => format!("{:?}", tape.get_string(s)),
+            TapeElement::String(s) => value::Quoted(tape.get_string(s)).to_string(),
             _ => return Some(format!("expected {} got {}", self.ty, show(tape, p))),
         };
         let array = match self.inner.decode(tape, &[p]) {

@@ -247,15 +247,16 @@ pub(super) fn date(text: &str) -> Result<i32, String> {
     if text.len() == 10
         && let Some(days) = ymd_days(text.as_bytes())
     {
-        return i32::try_from(days).map_err(|_| format!("cannot parse {text:?} as date"));
+        return i32::try_from(days).map_err(|_| format!("cannot parse {} as date", Quoted(text)));
     }
     let t = text.trim_ascii();
     if t.len() > 10 && !t.starts_with(['+', '-']) && string_to_datetime(&Utc, t).is_ok() {
         return Err(format!(
-            "cannot parse {text:?} as date: it has a time of day (declare the column as timestamp)"
+            "cannot parse {} as date: it has a time of day (declare the column as timestamp)",
+            Quoted(text)
         ));
     }
-    Date32Type::parse(text).ok_or_else(|| format!("cannot parse {text:?} as date"))
+    Date32Type::parse(text).ok_or_else(|| format!("cannot parse {} as date", Quoted(text)))
 }
 
 /// Reads `text` as an instant in microseconds since the epoch: RFC 3339 with any offset,
@@ -266,10 +267,11 @@ pub(super) fn timestamp(text: &str) -> Result<i64, String> {
         return Ok(micros);
     }
     let at = string_to_datetime(&Utc, text)
-        .map_err(|_| format!("cannot parse {text:?} as timestamp"))?;
+        .map_err(|_| format!("cannot parse {} as timestamp", Quoted(text)))?;
     if at.timestamp_subsec_nanos() % 1000 != 0 {
         return Err(format!(
-            "cannot parse {text:?} as timestamp: it has digits below the microsecond and would be truncated"
+            "cannot parse {} as timestamp: it has digits below the microsecond and would be truncated",
+            Quoted(text)
         ));
     }
     Ok(at.timestamp_micros())
@@ -374,6 +376,53 @@ pub(super) fn float_overflow(shown: &str, ty: ColumnType) -> String {
     format!("cannot parse {shown} as {ty}: out of range")
 }
 
+/// Most bytes of a value shown in an error; a longer one is cut, with `…` after its
+/// closing quote.
+const SHOWN_BYTES: usize = 80;
+
+/// A text value as an error shows it: a JSON string (so it reads back as one), cut after
+/// [`SHOWN_BYTES`], with control and invisible characters (a byte-order mark, zero-width
+/// spaces, direction marks) escaped as `\uXXXX` so that they can be seen.
+pub(super) struct Quoted<'a>(pub(super) &'a str);
+
+impl std::fmt::Display for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write;
+        let mut cut = self.0.len().min(SHOWN_BYTES);
+        while !self.0.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        f.write_char('"')?;
+        for c in self.0[..cut].chars() {
+            match c {
+                '"' => f.write_str("\\\"")?,
+                '\\' => f.write_str("\\\\")?,
+                '\n' => f.write_str("\\n")?,
+                '\r' => f.write_str("\\r")?,
+                '\t' => f.write_str("\\t")?,
+                c if c.is_control() || invisible(c) => {
+                    let mut units = [0u16; 2];
+                    for unit in c.encode_utf16(&mut units) {
+                        write!(f, "\\u{unit:04x}")?;
+                    }
+                }
+                c => f.write_char(c)?,
+            }
+        }
+        f.write_char('"')?;
+        if cut < self.0.len() {
+            f.write_str("…")?;
+        }
+        Ok(())
+    }
+}
+
+/// A character that shows as nothing: format characters such as the byte-order mark,
+/// zero-width spaces and joiners, and direction marks and embeddings.
+fn invisible(c: char) -> bool {
+    matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}')
+}
+
 /// How the text (or JSON number) of a `timestamp` or `date` column is read: the column's
 /// [`TimeFormat`] and [`Zone`] (see [`crate::schema::ColumnSpec`]). The default — ISO 8601 /
 /// RFC 3339 strings, naive times in UTC — reads as [`timestamp`] and [`date`] do.
@@ -411,7 +460,7 @@ impl TimeReading {
             None if self.zone.is_utc() => timestamp(text),
             None => self.zoned(text),
             Some(format) => match format.epoch_micros() {
-                Some(_) => self.epoch(text, &format!("{text:?}"), format),
+                Some(_) => self.epoch(text, &Quoted(text).to_string(), format),
                 None => self.pattern(text, format),
             },
         }
@@ -433,17 +482,23 @@ impl TimeReading {
         match &self.format {
             None => date(text),
             Some(format) if format.epoch_micros().is_some() => {
-                let micros = self.epoch(text, &format!("{text:?}"), format)?;
-                self.midnight(micros, &format!("{text:?}"))
+                let micros = self.epoch(text, &Quoted(text).to_string(), format)?;
+                self.midnight(micros, &Quoted(text).to_string())
             }
             Some(TimeFormat::Pattern(pattern)) => {
-                let bad = || format!("cannot parse {text:?} as date with the format {pattern:?}");
+                let bad = || {
+                    format!(
+                        "cannot parse {} as date with the format {pattern:?}",
+                        Quoted(text)
+                    )
+                };
                 // A pattern with a time of day reads as a date-time (a date alone would
                 // silently drop the time): only midnight is a date.
                 if let Ok(at) = chrono::NaiveDateTime::parse_from_str(text, pattern) {
                     if at.time() != chrono::NaiveTime::MIN {
                         return Err(format!(
-                            "cannot parse {text:?} as date: it has a time of day (declare the column as timestamp)"
+                            "cannot parse {} as date: it has a time of day (declare the column as timestamp)",
+                            Quoted(text)
                         ));
                     }
                     return days(at.date()).ok_or_else(bad);
@@ -519,11 +574,11 @@ impl TimeReading {
             Err(_) => {
                 // A naive time the zone skips or repeats says so; anything else does not parse.
                 let naive = string_to_datetime(&Utc, text)
-                    .map_err(|_| format!("cannot parse {text:?} as timestamp"))?
+                    .map_err(|_| format!("cannot parse {} as timestamp", Quoted(text)))?
                     .naive_utc();
                 self.zone
                     .instant(naive)
-                    .map_err(|e| format!("cannot parse {text:?} as timestamp: {e}"))?
+                    .map_err(|e| format!("cannot parse {} as timestamp: {e}", Quoted(text)))?
             }
         };
         exact_micros(at, text)
@@ -536,7 +591,10 @@ impl TimeReading {
             unreachable!("a pattern")
         };
         let bad = |e: chrono::ParseError| {
-            format!("cannot parse {text:?} as timestamp with the format {pattern:?}: {e}")
+            format!(
+                "cannot parse {} as timestamp with the format {pattern:?}: {e}",
+                Quoted(text)
+            )
         };
         let at = match chrono::DateTime::parse_from_str(text, pattern) {
             Ok(at) => at.to_utc(),
@@ -549,7 +607,7 @@ impl TimeReading {
                 };
                 self.zone
                     .instant(local)
-                    .map_err(|e| format!("cannot parse {text:?} as timestamp: {e}"))?
+                    .map_err(|e| format!("cannot parse {} as timestamp: {e}", Quoted(text)))?
             }
         };
         exact_micros(at, text)
@@ -566,7 +624,8 @@ fn days(day: chrono::NaiveDate) -> Option<i32> {
 fn exact_micros(at: chrono::DateTime<Utc>, text: &str) -> Result<i64, String> {
     if !at.timestamp_subsec_nanos().is_multiple_of(1000) {
         return Err(format!(
-            "cannot parse {text:?} as timestamp: it has digits below the microsecond and would be truncated"
+            "cannot parse {} as timestamp: it has digits below the microsecond and would be truncated",
+            Quoted(text)
         ));
     }
     Ok(at.timestamp_micros())
@@ -1128,5 +1187,19 @@ mod tests {
                 .unwrap_err()
                 .contains("give the column a format")
         );
+    }
+
+    #[test]
+    fn values_in_errors_are_json_strings_cut_short() {
+        assert_eq!(Quoted("plain").to_string(), r#""plain""#);
+        assert_eq!(
+            Quoted("a\"b\\c\nd\u{1}\u{feff}é😀").to_string(),
+            r#""a\"b\\c\nd\u0001\ufeffé😀""#
+        );
+        let long = "é".repeat(100);
+        let shown = Quoted(&long).to_string();
+        assert!(shown.ends_with("\"…") && shown.len() < 90, "{shown}");
+        let back: String = serde_json::from_str(shown.trim_end_matches('…')).unwrap();
+        assert_eq!(back, "é".repeat(40));
     }
 }

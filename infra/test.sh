@@ -62,17 +62,21 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# The independent table reader of the Delta suites: the `deltalake` Python package (and
-# pyarrow), in a venv of their own (tests/tests/delta_table.rs finds it there).
+# The independent readers of the suites, in a venv of their own: the `deltalake` Python
+# package and pyarrow (the Delta suites, tests/tests/delta_table.rs and nested.rs; the CSV and
+# time readings compared with pyarrow's), DuckDB and fastavro (the nested-data model,
+# tests/fixtures/nested/check.py, whose pyarrow and DuckDB read every output back). Installed
+# here, before the tests run in parallel, rather than by the first test that needs them.
 readers_venv() {
     local venv="$ROOT/.local/venv-readers"
-    "$venv/bin/python" -c 'import deltalake, pyarrow' >/dev/null 2>&1 && return 0
+    "$venv/bin/python" -c 'import deltalake, pyarrow, duckdb, fastavro' >/dev/null 2>&1 && return 0
     if [[ ! -x "$venv/bin/python" ]]; then
         python3 -m venv "$venv" || return
     fi
-    echo "installing deltalake and pyarrow into ${venv#"$ROOT/"}"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "deltalake>=1.6,<2" "pyarrow>=20" || return
-    "$venv/bin/python" -c 'import deltalake, pyarrow'
+    echo "installing deltalake, pyarrow, duckdb and fastavro into ${venv#"$ROOT/"}"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "deltalake>=1.6,<2" "pyarrow>=20" \
+        "duckdb>=1.1" "fastavro>=1.9" || return
+    "$venv/bin/python" -c 'import deltalake, pyarrow, duckdb, fastavro'
 }
 
 start_stack() {

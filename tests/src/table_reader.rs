@@ -19,6 +19,24 @@ pub fn tables(b: &Backends) -> TableStore {
     }
 }
 
+/// A committer of `config`'s tables on `b`, backing off briefly between attempts (the
+/// suites' races resolve in milliseconds).
+pub fn publisher(
+    b: &Backends,
+    config: &std::sync::Arc<tidemark::config::Config>,
+) -> publish::Publisher {
+    let mut p = publish::Publisher::new(
+        config.clone(),
+        b.ledger.clone(),
+        b.store.clone(),
+        tables(b),
+        std::sync::Arc::new(b.clock.clone()),
+    );
+    p.settings.backoff_base = std::time::Duration::from_millis(5);
+    p.settings.backoff_max = std::time::Duration::from_millis(200);
+    p
+}
+
 /// The URI of `source`'s table for the reader: a folder, or `s3://…`.
 pub fn table_uri(b: &Backends, source: &Source) -> String {
     let url = tables(b).url(source).expect("table URL");

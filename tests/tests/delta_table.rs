@@ -37,16 +37,7 @@ fn tables(b: &Backends) -> TableStore {
 }
 
 fn publisher(b: &Backends, config: &Arc<Config>) -> Publisher {
-    let mut p = Publisher::new(
-        config.clone(),
-        b.ledger.clone(),
-        b.store.clone(),
-        tables(b),
-        Arc::new(b.clock.clone()),
-    );
-    p.settings.backoff_base = std::time::Duration::from_millis(5);
-    p.settings.backoff_max = std::time::Duration::from_millis(200);
-    p
+    table_reader::publisher(b, config)
 }
 
 fn source<'a>(config: &'a Config, id: &str) -> &'a Source {

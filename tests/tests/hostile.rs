@@ -360,10 +360,10 @@ async fn csv_invalid_utf8(b: Backends) {
     land_and_fail(&b, "in/utf16.csv", &utf16, "line 2: ").await;
 }
 
-async fn csv_record_of_100_mb(b: Backends) {
-    // 100 MiB in one line, uploaded in parts made as they go up: never in memory at once.
+/// Lands 100 MiB at `key`: `start`, then `filler` repeated, uploaded in parts of 10 MiB made
+/// as they go up, never in memory at once.
+async fn land_100_mib(b: &Backends, key: &str, start: &[u8], filler: &[u8]) {
     const PART: usize = 10 << 20;
-    let key = "in/one-line.csv";
     let id = b
         .store
         .create_multipart(&b.landing, key, &BTreeMap::new())
@@ -373,9 +373,12 @@ async fn csv_record_of_100_mb(b: Backends) {
     for n in 1..=10 {
         let mut part = Vec::with_capacity(PART);
         if n == 1 {
-            part.extend_from_slice(format!("{HEADER}{ROW}2,").as_bytes());
+            part.extend_from_slice(start);
         }
-        part.resize(PART, b'x');
+        while part.len() < PART {
+            part.extend_from_slice(filler);
+        }
+        part.truncate(PART);
         let etag = b
             .store
             .upload_part(&b.landing, key, &id, n, Bytes::from(part))
@@ -392,6 +395,12 @@ async fn csv_record_of_100_mb(b: Backends) {
         written,
         tidemark::ports::PutOutcome::Written { .. }
     ));
+}
+
+async fn csv_record_of_100_mb(b: Backends) {
+    // 100 MiB in one line.
+    let key = "in/one-line.csv";
+    land_100_mib(&b, key, format!("{HEADER}{ROW}2,").as_bytes(), b"x").await;
     let p = pipeline(&b, config(&b, json!({})));
     fails_alone(
         &b,
@@ -589,36 +598,11 @@ async fn json_nested_100_000_deep(b: Backends) {
 }
 
 async fn json_nested_array_of_100_mb(b: Backends) {
-    // One line holding an array of 100 MiB, uploaded in parts made as they go up.
-    const PART: usize = 10 << 20;
+    // One line holding an array of 100 MiB, after a good line.
     let key = "trail/huge-array.json";
-    let id = b
-        .store
-        .create_multipart(&b.landing, key, &BTreeMap::new())
-        .await
-        .expect("create upload");
-    let mut parts = Vec::new();
-    for n in 1..=10 {
-        let mut part = Vec::with_capacity(PART);
-        if n == 1 {
-            part.extend_from_slice(trail_with("").lines().next().unwrap().as_bytes());
-            part.extend_from_slice(b"\n{\"detail\":[0");
-        }
-        while part.len() < PART {
-            part.extend_from_slice(b",7");
-        }
-        part.truncate(PART);
-        let etag = b
-            .store
-            .upload_part(&b.landing, key, &id, n, Bytes::from(part))
-            .await
-            .expect("upload part");
-        parts.push((n, etag));
-    }
-    b.store
-        .complete_multipart(&b.landing, key, &id, &parts, &WriteCondition::Absent)
-        .await
-        .expect("complete upload");
+    let mut start = trail_with("").lines().next().unwrap().as_bytes().to_vec();
+    start.extend_from_slice(b"\n{\"detail\":[0");
+    land_100_mib(&b, key, &start, b",7").await;
     let p = pipeline(&b, config(&b, json!({})));
     fails_alone(
         &b,

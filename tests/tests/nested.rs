@@ -9,12 +9,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use publish::Publisher;
 use serde_json::{Value, json};
 use tidemark::config::Config;
 use tidemark::ports::Clock;
 use tidemark::reconcile::{self, Options, Window};
-use tidemark_tests::table_reader::{read_table, table_uri, tables};
+use tidemark_tests::table_reader::{publisher, read_table, table_uri};
 use tidemark_tests::{Backends, Events};
 
 const TRAIL: &str = "trail";
@@ -47,18 +46,6 @@ fn doc(b: &Backends) -> Value {
         "reconcile": {"deep_sample": 1.0},
         "max_attempts": 2
     }]})
-}
-
-fn publisher(b: &Backends, config: &Arc<Config>) -> Publisher {
-    let mut publisher = Publisher::new(
-        config.clone(),
-        b.ledger.clone(),
-        b.store.clone(),
-        tables(b),
-        Arc::new(b.clock.clone()),
-    );
-    publisher.settings.backoff_base = std::time::Duration::from_millis(5);
-    publisher
 }
 
 /// One CloudTrail-shaped record (`extra` spliced into its object).

@@ -791,41 +791,64 @@ struct ListDecoder {
 
 impl ArrayDecoder for ListDecoder {
     fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
-        let mut offsets = Vec::with_capacity(pos.len() + 1);
-        offsets.push(0i32);
-        let mut valid = Vec::with_capacity(pos.len());
         let mut elements = Vec::new();
-        for &p in pos {
-            match tape.get(p) {
-                TapeElement::StartList(end) => {
-                    let mut at = p + 1;
-                    while at < end {
-                        elements.push(at);
-                        at = tape.next(at, "list value")?;
-                    }
-                    valid.push(true);
-                }
-                TapeElement::Null => valid.push(false),
-                _ => {
-                    self.shared
-                        .bad(p, format!("expected {} got {}", self.ty, show(tape, p)))?;
-                    valid.push(false);
-                }
+        let open = |e| match e {
+            TapeElement::StartList(end) => Some(end),
+            _ => None,
+        };
+        let (offsets, nulls) = containers(&self.shared, tape, pos, &self.ty, open, |p, end| {
+            let mut at = p + 1;
+            while at < end {
+                elements.push(at);
+                at = tape.next(at, "list value")?;
             }
-            let len = i32::try_from(elements.len())
-                .map_err(|_| json_error("more than 2^31 list elements in one batch"))?;
-            offsets.push(len);
-        }
+            Ok(elements.len())
+        })?;
         let values = self.child.decode(tape, &elements)?;
-        let nulls = NullBuffer::from(valid);
-        let nulls = (nulls.null_count() > 0).then_some(nulls);
         Ok(std::sync::Arc::new(ListArray::try_new(
             self.element.clone(),
-            OffsetBuffer::new(offsets.into()),
+            offsets,
             values,
             nulls,
         )?))
     }
+}
+
+/// The offsets and validity of a column of containers (lists, maps): at each position, a
+/// container `open` recognises (giving its end) has its children gathered by `gather`, which
+/// says how many have been gathered in all; NULL is NULL; anything else is a bad value.
+fn containers(
+    shared: &Shared,
+    tape: &Tape<'_>,
+    pos: &[u32],
+    ty: &str,
+    open: impl Fn(TapeElement) -> Option<u32>,
+    mut gather: impl FnMut(u32, u32) -> Result<usize, ArrowError>,
+) -> Result<(OffsetBuffer<i32>, Option<NullBuffer>), ArrowError> {
+    let mut offsets = Vec::with_capacity(pos.len() + 1);
+    offsets.push(0i32);
+    let mut valid = Vec::with_capacity(pos.len());
+    let mut gathered = 0;
+    for &p in pos {
+        let element = tape.get(p);
+        match open(element) {
+            Some(end) => {
+                gathered = gather(p, end)?;
+                valid.push(true);
+            }
+            None if matches!(element, TapeElement::Null) => valid.push(false),
+            None => {
+                shared.bad(p, format!("expected {ty} got {}", show(tape, p)))?;
+                valid.push(false);
+            }
+        }
+        let len = i32::try_from(gathered)
+            .map_err(|_| json_error(format!("more than 2^31 values of {ty} in one batch")))?;
+        offsets.push(len);
+    }
+    let nulls = NullBuffer::from(valid);
+    let nulls = (nulls.null_count() > 0).then_some(nulls);
+    Ok((OffsetBuffer::new(offsets.into()), nulls))
 }
 
 /// A `map<string,…>` column or field: an object's keys and values. A key given twice in one
@@ -840,55 +863,41 @@ struct MapDecoder {
 
 impl ArrayDecoder for MapDecoder {
     fn decode(&mut self, tape: &Tape<'_>, pos: &[u32]) -> Result<ArrayRef, ArrowError> {
-        let mut offsets = Vec::with_capacity(pos.len() + 1);
-        offsets.push(0i32);
-        let mut valid = Vec::with_capacity(pos.len());
         let mut keys = StringBuilder::new();
         let mut values = Vec::new();
         let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
-        for &p in pos {
-            match tape.get(p) {
-                TapeElement::StartObject(end) => {
-                    seen.clear();
-                    let mut at = p + 1;
-                    while at < end {
-                        let TapeElement::String(k) = tape.get(at) else {
-                            return Err(tape.error(at, "field name"));
-                        };
-                        let key = tape.get_string(k);
-                        if seen.insert(key) {
-                            keys.append_value(key);
-                            values.push(at + 1);
-                        } else {
-                            self.shared
-                                .bad(at + 1, "the key appears twice in the object".into())?;
-                        }
-                        at = tape.next(at + 1, "field value")?;
-                    }
-                    valid.push(true);
+        let shared = &self.shared;
+        let open = |e| match e {
+            TapeElement::StartObject(end) => Some(end),
+            _ => None,
+        };
+        let (offsets, nulls) = containers(shared, tape, pos, &self.ty, open, |p, end| {
+            seen.clear();
+            let mut at = p + 1;
+            while at < end {
+                let TapeElement::String(k) = tape.get(at) else {
+                    return Err(tape.error(at, "field name"));
+                };
+                let key = tape.get_string(k);
+                if seen.insert(key) {
+                    keys.append_value(key);
+                    values.push(at + 1);
+                } else {
+                    shared.bad(at + 1, "the key appears twice in the object".into())?;
                 }
-                TapeElement::Null => valid.push(false),
-                _ => {
-                    self.shared
-                        .bad(p, format!("expected {} got {}", self.ty, show(tape, p)))?;
-                    valid.push(false);
-                }
+                at = tape.next(at + 1, "field value")?;
             }
-            let len = i32::try_from(values.len())
-                .map_err(|_| json_error("more than 2^31 map entries in one batch"))?;
-            offsets.push(len);
-        }
+            Ok(values.len())
+        })?;
         let values = self.child.decode(tape, &values)?;
         let entries = StructArray::try_new(
             self.kv.clone(),
             vec![std::sync::Arc::new(keys.finish()), values],
             None,
         )?;
-        let nulls = NullBuffer::from(valid);
-        let nulls = (nulls.null_count() > 0).then_some(nulls);
         Ok(std::sync::Arc::new(MapArray::try_new(
             self.entries.clone(),
-            OffsetBuffer::new(offsets.into()),
+            offsets,
             entries,
             nulls,
             false,

@@ -422,3 +422,29 @@ fn flat_sources_count_or_refuse_unknown_keys_on_either_path() {
         r#"line 1: column "b": not in the schema"#
     );
 }
+
+#[test]
+fn json_texts_are_written_without_statistics() {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let columns = r#"[{"name":"s","type":"string"},{"name":"j","type":"json"},{"name":"n","type":"struct<k:json,v:string>"}]"#;
+    let mut out = Vec::new();
+    let input = "{\"s\":\"a\",\"j\":{\"x\":1},\"n\":{\"k\":[1],\"v\":\"b\"}}\n";
+    convert(input.as_bytes(), &spec(columns), &mut out).unwrap();
+    let reader = SerializedFileReader::new(bytes::Bytes::from(out)).unwrap();
+    let group = reader.metadata().row_group(0);
+    let with_stats: Vec<(String, bool)> = (0..group.num_columns())
+        .map(|i| {
+            let c = group.column(i);
+            (c.column_path().string(), c.statistics().is_some())
+        })
+        .collect();
+    assert_eq!(
+        with_stats,
+        [
+            ("s".to_string(), true),
+            ("j".to_string(), false),
+            ("n.k".to_string(), false),
+            ("n.v".to_string(), true)
+        ]
+    );
+}

@@ -2159,6 +2159,21 @@ mod tests {
             let err = Config::from_json(&doc(extra)).unwrap_err().to_string();
             assert!(err.contains(says), "{extra}: {err}");
         }
+        // A row-level bookmark may be keyed by a path column, not by a nested one.
+        let keyed = jsonl(
+            r#"{"name":"seq","path":"meta.seq","type":"int64","nullable":false},{"name":"meta","type":"struct<seq:int64>"}"#,
+            r#","bookmark":{"keys":["seq"]}"#,
+        );
+        assert!(keyed.is_ok(), "{keyed:?}");
+        let err = jsonl(
+            r#"{"name":"meta","type":"struct<seq:int64>","nullable":false}"#,
+            r#","bookmark":{"keys":["meta"]}"#,
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("bookmark.keys[0]") && err.contains("a key must be"),
+            "{err}"
+        );
         let nested_csv =
             doc("").replace(r#""type":"decimal(12,2)""#, r#""type":"struct<a:int32>""#);
         let err = Config::from_json(&nested_csv).unwrap_err().to_string();

@@ -66,6 +66,7 @@ pub const LATE_ROW_GROUP_BYTES: usize = 8 << 20;
 
 /// The `bookmark` field of a source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BookmarkDoc {
     /// Key columns, compared as a tuple in this order.
@@ -80,6 +81,7 @@ pub struct BookmarkDoc {
 
 /// Sort order of a bookmark key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum KeyOrder {
     /// New rows have greater keys.
@@ -91,6 +93,7 @@ pub enum KeyOrder {
 
 /// What happens to late rows; they are counted either way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum LatePolicy {
     /// Written to `<output prefix>_late/<relative key>.<version>.parquet`.

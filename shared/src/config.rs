@@ -69,6 +69,7 @@ fn invalid(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
 
 /// The whole document.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ConfigDoc {
     /// The sources served by this deployment.
@@ -80,6 +81,7 @@ pub struct ConfigDoc {
 
 /// Where reconciliation reports are written.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReportsDoc {
     /// Bucket of the reports.
@@ -91,6 +93,7 @@ pub struct ReportsDoc {
 
 /// How a source is reconciled.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ReconcileDoc {
     /// Objects modified in the last `grace_minutes` are left to their events (default 15).
@@ -156,6 +159,7 @@ impl Default for ReconcileDoc {
 
 /// Input format of a source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum FormatDoc {
     /// Comma- (or otherwise) separated values.
@@ -180,6 +184,7 @@ impl FormatDoc {
 
 /// CSV options of a source.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CsvDoc {
     /// One ASCII character (default `,`).
@@ -222,6 +227,7 @@ pub struct CsvDoc {
 
 /// JSON Lines options of a source.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct JsonDoc {
     /// How keys are matched to column and struct field names: `exact` (default) or
@@ -284,6 +290,19 @@ impl<'de> Deserialize<'de> for MetadataColumns {
     }
 }
 
+/// In the JSON Schema: an object of column names to lineage values (its order is the
+/// columns' order).
+#[cfg(feature = "config-schema")]
+impl schemars::JsonSchema for MetadataColumns {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "MetadataColumns".into()
+    }
+
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        <std::collections::BTreeMap<String, Lineage>>::json_schema(generator)
+    }
+}
+
 impl CsvColumnsDoc {
     fn is_position(&self) -> bool {
         *self == CsvColumnsDoc::Position
@@ -292,6 +311,7 @@ impl CsvColumnsDoc {
 
 /// How a CSV source's columns are matched to its schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum CsvColumnsDoc {
     /// The n-th field is the n-th column.
@@ -329,6 +349,7 @@ impl Default for CsvDoc {
 
 /// Compression of a source's objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum CompressionDoc {
     /// By extension: `.gz` / `.gzip` gzip, `.zst` / `.zstd` zstd, otherwise none.
@@ -344,6 +365,7 @@ pub enum CompressionDoc {
 
 /// How output keys are partitioned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Partitioning {
     /// `<prefix><relative key>.parquet`.
@@ -356,6 +378,7 @@ pub enum Partitioning {
 
 /// Where a source's Parquet goes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct OutputDoc {
     /// Output bucket.
@@ -406,6 +429,7 @@ pub struct OutputDoc {
 /// ledger's commits into table commits (Add for the new file, Remove for the one it replaces
 /// or for a deleted object). Unreferenced files are removed by the table's VACUUM only.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct TableDoc {
     /// The table format: `"delta"`.
@@ -435,6 +459,7 @@ impl TableDoc {
 
 /// Table formats the committer writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum TableFormat {
     /// Delta Lake (reader version 1, writer version 2).
@@ -443,6 +468,7 @@ pub enum TableFormat {
 
 /// What happens to outputs when their source object is deleted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum OnDelete {
     /// Delete the outputs (the lake mirrors the landing bucket).
@@ -455,6 +481,7 @@ pub enum OnDelete {
 /// What a row that does not decode does (see `convert::reject` for which errors are a
 /// row's own).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum OnBadRow {
     /// The object fails, naming the row; it is retried and quarantined after
@@ -478,6 +505,7 @@ pub const DEFAULT_MAX_REJECTED_ROWS: u64 = 1000;
 
 /// Glue's job-bookmark modes (see `process::Pipeline::process`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Process what is new and advance the ledger.
@@ -520,6 +548,7 @@ impl std::str::FromStr for Mode {
 
 /// One source, as written in the document.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SourceDoc {
     /// Stable id of the source: `[a-z0-9_-]{1,64}`; never derived from a path.
@@ -599,7 +628,7 @@ pub struct SourceDoc {
     #[serde(default)]
     pub max_decoded_bytes: Option<u64>,
     /// A record (CSV record or JSON line) longer than this fails the object, found after
-    /// reading at most this much of it (default 8 MiB; see `ConvertSpec::max_record_bytes`).
+    /// reading at most this much of it (default 8 MiB).
     #[serde(default)]
     pub max_record_bytes: Option<u64>,
     /// Reconciliation settings.
@@ -616,6 +645,7 @@ pub struct SourceDoc {
 
 /// The freshness expectation of a source: "alarm if it processes zero records".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FreshnessDoc {
     /// The longest time the source may commit nothing (or too few rows): a number and a unit,
@@ -663,6 +693,7 @@ fn is_default<T: Default + PartialEq>(value: &T) -> bool {
 
 /// See [`SourceDoc::empty_strings`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum EmptyStringsDoc {
     /// NULL (arrow-csv's reading).

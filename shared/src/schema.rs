@@ -927,6 +927,7 @@ impl<'de> Deserialize<'de> for Zone {
 
 /// One column of a table definition.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ColumnSpec {
     /// Column name: the CSV header is not checked against it (columns are matched by
@@ -934,23 +935,38 @@ pub struct ColumnSpec {
     /// ORC columns, are matched by it (unless `path` says where the value is).
     pub name: String,
     /// Where the value is in a record with structure (JSON Lines, Parquet, Avro, ORC):
-    /// `userIdentity.arn`, `resources[0].ARN`. Absent: the top-level field `name`.
+    /// `userIdentity.arn`, `resources[0].ARN`, `detail["x.y"]` (`.` before a key, `[N]` for
+    /// the N-th element from 0, `["…"]` for a key holding `.`, `[`, `]` or `"`). Absent: the
+    /// top-level field `name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "config-schema", schemars(with = "Option<String>"))]
     pub path: Option<FieldPath>,
-    /// Column type.
+    /// Column type, spelled as Athena and Glue DDL spell it: `int32`, `int64`, `float32`,
+    /// `float64`, `decimal(P,S)` (1 <= P <= 38, 0 <= S <= P), `string`, `bool`, `date`,
+    /// `timestamp`, `json` (a subtree kept as compact JSON text), `struct<name:type,…>`,
+    /// `array<type>`, `map<string,type>`, nested to any depth; Glue's `int`, `integer`,
+    /// `bigint`, `float`, `double` and `boolean` are read as `int32`, `int64`, `float32`,
+    /// `float64` and `bool`.
     #[serde(rename = "type")]
+    #[cfg_attr(feature = "config-schema", schemars(with = "String"))]
     pub ty: FieldType,
     /// Whether the column may hold NULLs (an empty CSV field, a missing or `null` JSON
     /// value, an absent path). Defaults to `true`.
     #[serde(default = "nullable_by_default")]
     pub nullable: bool,
     /// For `timestamp` and `date` columns of text inputs: how the values are written, when
-    /// not as ISO 8601 strings.
+    /// not as ISO 8601 strings: `epoch_seconds`, `epoch_millis` (both with a fraction down to
+    /// the microsecond), `epoch_micros`, or a strftime pattern as chrono reads it
+    /// (`%d/%m/%Y %H:%M:%S`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "config-schema", schemars(with = "Option<String>"))]
     pub format: Option<TimeFormat>,
     /// For `timestamp` (and `date` read from epoch numbers) columns: the zone of a time
-    /// written without an offset (default UTC).
+    /// written without an offset (default UTC): `UTC`, a fixed offset (`+05:30`) or an IANA
+    /// name (`America/New_York`); a local time a daylight-saving change skips or repeats
+    /// fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "config-schema", schemars(with = "Option<String>"))]
     pub timezone: Option<Zone>,
 }
 

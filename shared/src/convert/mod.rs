@@ -177,23 +177,25 @@ pub enum EmptyStrings {
 /// struct field) has, a Parquet, Avro or ORC column or struct field the schema lacks, a
 /// CSV column a header names that the schema does not (with `csv.columns: "name"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum UnknownFields {
-    /// Dropped, and counted with their paths in [`ConvertStats::ignored`].
+    /// Dropped, and counted per field path in the ledger.
     #[default]
     Ignore,
     /// The object fails, naming the field.
     Fail,
-    /// Kept in the rescued column ([`ConvertSpec::rescue_column`]).
+    /// Kept in the rescued column.
     Rescue,
 }
 
 /// What a value that does not read as its column's type does (a string in an `int64`
 /// column, `"maybe"` in a `bool` field of a struct).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum BadValues {
-    /// The object (or the row, under [`BadRows::Reject`]) fails, naming line and path.
+    /// The object (or the row, under `on_bad_row: reject`) fails, naming line and path.
     #[default]
     Fail,
     /// The value becomes NULL and goes to the rescued column with the reason; the row
@@ -203,6 +205,7 @@ pub enum BadValues {
 
 /// How JSON object keys are matched to column and struct field names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum KeyMatch {
     /// Exactly (a key that differs only by case is another field).
@@ -237,6 +240,7 @@ impl CsvValues {
 /// A lineage value: a function of the object version (and the row's place in it), so that
 /// converting the same version again writes the same values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Lineage {
     /// The object's key (`string`).

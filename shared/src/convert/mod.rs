@@ -68,8 +68,8 @@ pub const DEFAULT_ROW_GROUP_BYTES: usize = 64 << 20;
 pub const DEFAULT_PAGE_MEMORY_BYTES: usize = 4 << 20;
 
 /// Default of [`ConvertSpec::dictionary_bytes`]: 1 MiB, the L2 cache of one core of a
-/// Graviton2 (Lambda's arm64) and of the AMD EPYC the benchmarks ran on (BENCHMARKS.md,
-/// "Dictionaries that fit the cache").
+/// Graviton2 (Lambda's arm64); the Intel Xeon the benchmarks ran on has 2 MiB per core
+/// (BENCHMARKS.md, "Dictionaries that fit the cache", now in docs/benchmarks-history/).
 pub const DEFAULT_DICTIONARY_BYTES: usize = 1 << 20;
 
 /// Default of [`ConvertSpec::page_bytes`]: 1 MiB, arrow-rs's default data page size. Smaller

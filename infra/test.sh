@@ -12,8 +12,12 @@
 #                    when the SAM CLI can be installed, and the template invariants
 #                    (pytest infra/deploy/test_template.py); installs the tools on first use
 #   3. fmt           cargo fmt --all -- --check
-#   4. clippy        cargo clippy --workspace --all-targets -- -D warnings
-#   5. test          cargo test --workspace [extra args]
+#   4. docs          infra/docs.sh: the documentation site's strict MkDocs build (a broken
+#                    link or anchor fails), MkDocs installed into .local/venv-docs on first
+#                    use; the pages' console blocks and the generated references are checked
+#                    by the CLI's tests (infra/cli/tests/docs.rs, reference.rs) in step 6
+#   5. clippy        cargo clippy --workspace --all-targets -- -D warnings
+#   6. test          cargo test --workspace [extra args]
 # On exit the local stack is stopped again, unless it was already running
 # before this script started (then it is left alone for whoever started it).
 set -euo pipefail
@@ -32,7 +36,7 @@ if [[ -n "${CI:-}" ]]; then
 fi
 
 STEP_NO=0
-STEP_TOTAL=5
+STEP_TOTAL=6
 
 banner() { printf '\n==== [%s] %s ====\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$*"; }
 
@@ -152,6 +156,7 @@ begin=$SECONDS
 step "local stack" start_stack
 step "template" check_template
 step "fmt" cargo fmt --all -- --check
+step "docs" bash infra/docs.sh
 step "clippy" cargo clippy --workspace --all-targets -- -D warnings
 step "test" cargo test --workspace "$@"
 banner "all $STEP_TOTAL steps passed in $((SECONDS - begin))s"

@@ -1069,10 +1069,10 @@ mod tests {
         assert!(Index::decode(b"junk", &c).is_err());
     }
 
-    /// The size figures of the README: `cargo test -p tidemark --lib --release
+    /// The size figures of the bookmark-keys guide (docs/pages/guides/bookmark-keys.md): `cargo test -p tidemark --lib --release
     /// index_size -- --ignored --nocapture`.
     #[test]
-    #[ignore = "size measurement for the README: cargo test -p tidemark --lib --release index_size -- --ignored --nocapture"]
+    #[ignore = "size measurement for the bookmark-keys guide: cargo test -p tidemark --lib --release index_size -- --ignored --nocapture"]
     fn index_size() {
         let int = vec![KeyColumn {
             name: "id".into(),

@@ -24,7 +24,8 @@
 //! sees the old rows or the new ones, never both or neither. The ledger stays the truth: the
 //! table can be rebuilt from it.
 //!
-//! Checkpoints, log cleanup, VACUUM and compaction are not done here (see the README).
+//! Checkpoints, log cleanup, VACUUM and compaction are not done here: the maintenance
+//! function does them (docs/pages/design/committer.md).
 
 pub mod delta;
 pub mod maintain;

@@ -12,7 +12,7 @@
 //! Cost: the keys and order values of every live object are held in memory by a warm
 //! process (read once per output, which never changes), and each publish compares them all:
 //! O(rows of the table) CPU per publish. Sized for tables of up to some millions of rows;
-//! merged tables are not compacted (see the README).
+//! merged tables are not compacted (see docs/pages/limitations.md, "Delta table").
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -253,13 +253,13 @@ mod tests {
     /// still so in 0.9.0; a file cut at its start overruns a buffer). The converter turns
     /// such a panic into an error naming the file as invalid (`convert::guarded`), so the
     /// object fails like any bad input and the other objects go on. (A corrupt RLE v2 run
-    /// that loops forever is not caught: see the README's limits.)
+    /// that loops forever is not caught: see docs/pages/limitations.md.)
     #[test]
     fn a_file_on_which_orc_rust_panics_fails_as_invalid() {
         let bytes = checks::fixture("orders-zstd.orc");
         let spec = spec(r#"[{"name":"order_id","type":"int64"}]"#);
         // Only the guard writes this message: when orc-rust stops panicking here, the file
-        // fails with its own error, this assertion fails, and the README's limits want a look.
+        // fails with its own error, this assertion fails, and docs/pages/limitations.md wants a look.
         let err = fail(&bytes[3..], &spec).to_string();
         assert!(
             err.starts_with("not a valid file: its reader failed on it ("),

@@ -549,11 +549,16 @@ pub async fn demo(dir: Option<PathBuf>, out: Out<'_>) -> Result<ExitCode, Error>
     // 9. Status.
     step(out, "9. tidemark status")?;
     print_status(&statuses, &backend, out)?;
+    // The folder of this very binary (`target/debug` after `cargo run`), so the reader can
+    // go on with the build they already have.
+    let bin = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.display().to_string()))
+        .unwrap_or_else(|| "target/debug".to_string());
     writeln!(
         out,
-        "\nTry it yourself on this workspace (`cargo install --locked --path infra/cli` puts \
-         `tidemark` on the PATH, in ~/.cargo/bin):\n  \
-         export TIDEMARK_ROOT={d} TIDEMARK_CONFIG_FILE={d}/sources.json\n  \
+        "\nTry it yourself on this workspace (with the `tidemark` this demo ran as on the PATH):\n  \
+         export PATH=\"{bin}:$PATH\" TIDEMARK_ROOT={d} TIDEMARK_CONFIG_FILE={d}/sources.json\n  \
          tidemark status\n  \
          tidemark explain orders {OVERWRITTEN}\n  \
          tidemark rewind --to -1h && tidemark run   # reprocess; outputs replaced, never duplicated\n  \

@@ -34,7 +34,11 @@ PY
 
 cargo build --quiet -p tidemark-cli
 tm() { "$ROOT/target/debug/tidemark" "$@"; }
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+if [[ -t 1 ]]; then
+    step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+else
+    step() { printf '\n== %s\n' "$*"; } # no escape codes in a file or a pipe
+fi
 
 step "1. ingest an SQS batch: a test event and four S3 notifications (one file is malformed)"
 tm invoke ingest --event infra/sample/events/sqs-batch.json || true

@@ -32,7 +32,7 @@ for dirpath, _, files in os.walk(root):
         print(f"landed s3://{bucket}/{key}")
 PY
 
-cargo build --quiet -p tidemark-cli
+cargo build -p tidemark-cli   # progress shown: the first build takes minutes
 tm() { "$ROOT/target/debug/tidemark" "$@"; }
 if [[ -t 1 ]]; then
     step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }

@@ -92,18 +92,17 @@ fn reference() -> String {
     )
 }
 
-#[test]
-fn cli_reference_page_is_current() {
-    let path = repo_root().join("docs/pages/reference/cli.md");
-    let fresh = reference();
+/// Compare a generated file with the committed one (or write it, under
+/// `TIDEMARK_DOCS=overwrite`); `what` names the definitions it comes from.
+fn check_current(path: &Path, fresh: &str, what: &str) {
     if std::env::var("TIDEMARK_DOCS").as_deref() == Ok("overwrite") {
-        std::fs::write(&path, &fresh).expect("write the CLI reference");
+        std::fs::write(path, fresh).expect("write a generated reference");
         return;
     }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
         committed == fresh,
-        "{} is out of date with the CLI's definitions: run \
+        "{} is out of date with {what}: run \
          `TIDEMARK_DOCS=overwrite cargo test -p tidemark-cli --test reference` and commit it \
          (first differing line: {:?})",
         path.display(),
@@ -113,6 +112,12 @@ fn cli_reference_page_is_current() {
             .find(|(a, b)| a != b)
             .map(|(a, b)| format!("page: {a:?}, definitions: {b:?}"))
     );
+}
+
+#[test]
+fn cli_reference_page_is_current() {
+    let path = repo_root().join("docs/pages/reference/cli.md");
+    check_current(&path, &reference(), "the CLI's definitions");
 }
 
 #[test]
@@ -405,30 +410,15 @@ fn configuration_reference(schema: &serde_json::Value) -> String {
 #[test]
 fn configuration_reference_and_schema_are_current() {
     let schema = schema_json();
-    let page = configuration_reference(&schema);
-    let json = serde_json::to_string_pretty(&schema).expect("json") + "\n";
     let dir = repo_root().join("docs/pages/reference");
-    let files = [("configuration.md", page), ("sources.schema.json", json)];
-    if std::env::var("TIDEMARK_DOCS").as_deref() == Ok("overwrite") {
-        for (name, fresh) in &files {
-            std::fs::write(dir.join(name), fresh).expect("write a reference file");
-        }
-        return;
-    }
-    for (name, fresh) in &files {
-        let committed = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
-        assert!(
-            &committed == fresh,
-            "docs/pages/reference/{name} is out of date with the sources document's types: run \
-             `TIDEMARK_DOCS=overwrite cargo test -p tidemark-cli --test reference` and commit it \
-             (first differing line: {:?})",
-            committed
-                .lines()
-                .zip(fresh.lines())
-                .find(|(a, b)| a != b)
-                .map(|(a, b)| format!("page: {a:?}, definitions: {b:?}"))
-        );
-    }
+    let what = "the sources document's types";
+    check_current(
+        &dir.join("configuration.md"),
+        &configuration_reference(&schema),
+        what,
+    );
+    let json = serde_json::to_string_pretty(&schema).expect("json") + "\n";
+    check_current(&dir.join("sources.schema.json"), &json, what);
 }
 
 /// Every field the document accepts is on the page: a field added to the types without a

@@ -171,7 +171,8 @@ impl Published {
     /// The CloudWatch metric line (embedded metric format, namespace `tidemark`) of this
     /// publish: files added and removed, the table version, and — for a sweep — `TableDrift`,
     /// the files the sweep had to add or remove: what the change feed did not publish (zero
-    /// when the stream path works; alarmed).
+    /// when the stream path works; the template does not alarm on it: see
+    /// docs/pages/operations/alarms-and-metrics.md).
     pub fn metric_line(&self, now_ms: i64, sweep: bool) -> String {
         let mut metrics = vec![
             serde_json::json!({"Name": "TableFilesAdded", "Unit": "Count"}),

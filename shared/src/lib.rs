@@ -33,6 +33,7 @@ pub mod convert;
 pub mod error;
 pub mod events;
 pub mod fleet;
+pub mod infer;
 pub mod ingest;
 pub mod inventory;
 pub mod jobs;

@@ -242,6 +242,14 @@ pub enum Command {
     /// file does not convert (the error names the file, line and column).
     #[command(visible_alias = "check")]
     Convert(commands::convert::ConvertArgs),
+    /// Propose a source from sample files: format, CSV dialect and schema (nested types for
+    /// JSON Lines; Parquet, Avro and ORC files' own schemas), with per column the values,
+    /// NULLs and an example seen. Every sampled file is then converted under the proposal, as
+    /// ingest would convert it; a column that fails is widened (to `string`, or `json` for a
+    /// nested one) with a note saying why. Prints the source block to paste into the sources
+    /// document. Needs no sources document and opens no backend. Exits 1 when a sampled file
+    /// does not convert under any proposal (the answer names it).
+    Infer(commands::infer::InferArgs),
     /// The zero-setup tour on the embedded backends: generate data, run, overwrite, delete,
     /// and check rows and sums of source, lake and ledger.
     Demo {
@@ -275,6 +283,10 @@ pub async fn main_with(cli: Cli, out: Out<'_>) -> ExitCode {
 pub async fn execute(cli: Cli, out: Out<'_>) -> Result<ExitCode, Error> {
     if let Command::Demo { dir } = &cli.command {
         return demo::demo(dir.clone(), out).await;
+    }
+    // Sample files, no sources document, no backend.
+    if let Command::Infer(args) = cli.command {
+        return commands::infer::infer_command(args, cli.json, out);
     }
     let config = Arc::new(match &cli.config {
         Some(path) => Config::from_file(path)?,
@@ -335,5 +347,6 @@ pub async fn dispatch(
             convert::convert_command(backend.pipeline.config.clone(), args, json, out).await
         }
         Command::Demo { dir } => demo::demo(dir, out).await,
+        Command::Infer(args) => commands::infer::infer_command(args, json, out),
     }
 }

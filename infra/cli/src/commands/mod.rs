@@ -6,6 +6,7 @@ pub mod audit;
 pub mod backfill;
 pub mod convert;
 pub mod explain;
+pub mod infer;
 pub mod init;
 pub mod invoke;
 pub mod mode;

@@ -1,0 +1,746 @@
+//! `infer PATH…`: propose a source from sample files — its format, CSV dialect and schema —
+//! and prove the proposal by converting every sampled file under it.
+//!
+//! The files are local files or folders (read recursively); past `--sample-files`, files
+//! spread evenly over the sorted listing are read, and of each text file at most its share of
+//! `--sample-bytes` (whole records only). Types come from `tidemark::infer`: text values take
+//! the narrowest type that reads them all, JSON keeps its shape, Parquet, Avro and ORC files
+//! give their own schema. Then every sampled file is converted, whole, with the converter
+//! ingest uses, under the proposed source: a file that fails naming a column widens that
+//! column (a scalar to `string`, a nested one to `json`) with a note saying why, and the
+//! files are converted again, until all convert with no row rejected and no value rescued,
+//! or a failure names no column (then the answer says so, exit 1).
+
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde::Serialize;
+use tidemark::config::Config;
+use tidemark::infer::{
+    JsonShape, SeenColumn, TextTable, TextTypes, csv_records, decompressed, json_columns,
+};
+use tidemark::schema::{ColumnType, FieldType};
+
+use super::convert::{ConvertArgs, Shown, convert_file};
+use super::print_json;
+use crate::render::Table;
+use crate::{Error, Out};
+
+/// Whether CSV files start with a header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Header {
+    /// Decide from the first record: a header when its fields are distinct, non-empty texts
+    /// where the records below hold numbers, dates or booleans (or when every column is text).
+    Auto,
+    /// The first record is a header.
+    Yes,
+    /// There is no header: columns are named `column_1`, `column_2`, ….
+    No,
+}
+
+/// Arguments of `infer`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InferArgs {
+    /// Files or folders of sample files (folders are read recursively).
+    #[arg(value_name = "PATH", required = true)]
+    pub paths: Vec<PathBuf>,
+    /// The format, when the files' extensions do not say (`.csv`, `.tsv`, `.jsonl`, `.json`,
+    /// `.ndjson`, `.parquet`, `.avro`, `.orc`, each optionally `.gz` / `.zst`).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// The id of the proposed source.
+    #[arg(long, default_value = "new_source")]
+    pub source_id: String,
+    /// The landing bucket of the proposed source.
+    #[arg(long, default_value = "landing")]
+    pub bucket: String,
+    /// The key prefix of the proposed source (default: the source id and `/`).
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// The lake bucket of the proposed source's output.
+    #[arg(long, default_value = "lake")]
+    pub lake: String,
+    /// Files read at most, spread evenly over the sorted listing.
+    #[arg(long, default_value_t = 1000)]
+    pub sample_files: usize,
+    /// Bytes of text read at most, shared among the sampled files (decompressed; whole
+    /// records only). Every sampled file is still converted whole to check the proposal.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub sample_bytes: u64,
+    /// CSV field delimiter (default: `,`, or a tab for `.tsv` files).
+    #[arg(long)]
+    pub delimiter: Option<char>,
+    /// Whether CSV files start with a header.
+    #[arg(long, value_enum, default_value_t = Header::Auto)]
+    pub header: Header,
+}
+
+/// Input formats `infer` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// Delimited text.
+    Csv,
+    /// One JSON object per line.
+    Jsonl,
+    /// Parquet.
+    Parquet,
+    /// Avro Object Container Files.
+    Avro,
+    /// ORC.
+    Orc,
+}
+
+impl Format {
+    /// The format a file's name says, after its compression suffix.
+    fn of(name: &str) -> Option<Self> {
+        let (_, stem) = decompressed(std::io::empty(), name);
+        let ext = stem.rsplit('.').next().unwrap_or("");
+        Some(match ext {
+            "csv" | "tsv" | "txt" => Format::Csv,
+            "jsonl" | "json" | "ndjson" => Format::Jsonl,
+            "parquet" | "pq" => Format::Parquet,
+            "avro" => Format::Avro,
+            "orc" => Format::Orc,
+            _ => return None,
+        })
+    }
+}
+
+/// One sampled file.
+#[derive(Debug, Clone, Serialize)]
+pub struct SampledFile {
+    /// The path, as found.
+    pub path: String,
+    /// Its size on disk.
+    pub bytes: u64,
+    /// Records read for inference (rows of typed files).
+    pub records: u64,
+    /// Rows its conversion under the final proposal wrote (`None`: it did not convert).
+    pub converted_rows: Option<u64>,
+}
+
+/// What `infer` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct InferReport {
+    /// The proposed source, as a block of the sources document.
+    pub source: SourceBlock,
+    /// Files found under the paths.
+    pub files_found: usize,
+    /// The files read.
+    pub files: Vec<SampledFile>,
+    /// Per column, what was seen.
+    pub columns: Vec<SeenColumn>,
+    /// Notes not tied to one column (duplicate header names, columns left out, widenings).
+    pub notes: Vec<String>,
+    /// Did every sampled file convert under the proposal, nothing rejected or rescued?
+    pub checked: bool,
+    /// Why not, when not.
+    pub error: Option<String>,
+}
+
+fn files_under(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()?;
+        entries.sort();
+        for path in entries {
+            let hidden = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.') || n.starts_with('_'));
+            if hidden {
+                continue;
+            }
+            if path.is_dir() {
+                walk(&path, out)?;
+            } else {
+                out.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            walk(path, &mut out).map_err(|e| format!("cannot list {}: {e}", path.display()))?;
+        } else if path.is_file() {
+            out.push(path.clone());
+        } else {
+            return Err(format!("{}: no such file or folder", path.display()).into());
+        }
+    }
+    Ok(out)
+}
+
+/// `n` of `files`, spread evenly over them.
+fn spread(files: Vec<PathBuf>, n: usize) -> Vec<PathBuf> {
+    if files.len() <= n || n == 0 {
+        return files;
+    }
+    (0..n).map(|i| files[i * files.len() / n].clone()).collect()
+}
+
+fn name_of(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Up to `limit` decompressed bytes of `path`, and whether the file goes on past them.
+fn text_sample(path: &Path, limit: u64) -> Result<(Vec<u8>, bool), String> {
+    let file = File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
+    let (reader, _) = decompressed(BufReader::new(file), &name_of(path));
+    let mut data = Vec::new();
+    reader
+        .take(limit + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    let partial = data.len() as u64 > limit;
+    data.truncate(limit as usize);
+    Ok((data, partial))
+}
+
+/// Names for a header's fields: empty ones become `column_N`, repeated ones get `_2`, `_3`.
+fn header_names(fields: &[String], notes: &mut Vec<String>) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for (i, field) in fields.iter().enumerate() {
+        let base = if field.trim().is_empty() {
+            notes.push(format!("header field {} is empty: column_{}", i + 1, i + 1));
+            format!("column_{}", i + 1)
+        } else {
+            field.trim().to_string()
+        };
+        let mut name = base.clone();
+        let mut n = 2;
+        while names.contains(&name) {
+            name = format!("{base}_{n}");
+            n += 1;
+        }
+        if name != base {
+            notes.push(format!("header name {base:?} repeated: {name}"));
+        }
+        names.push(name);
+    }
+    names
+}
+
+/// Is the first record a header? Distinct non-empty texts over records whose columns are
+/// not all text, or over text columns (nothing tells them apart: a header is the safer
+/// reading, as data rows lost to it show up as a missing row count when converted).
+fn looks_like_header(records: &[Vec<String>]) -> bool {
+    let Some(first) = records.first() else {
+        return false;
+    };
+    let mut seen = std::collections::HashSet::new();
+    let texts = first.iter().all(|f| {
+        let mut t = TextTypes::default();
+        t.add(f);
+        !f.trim().is_empty() && t.decide().0 == ColumnType::String && seen.insert(f.as_str())
+    });
+    if !texts {
+        return false;
+    }
+    if records.len() == 1 {
+        return true;
+    }
+    let width = first.len();
+    let mut table = TextTable::new((0..width).map(|i| format!("c{i}")).collect());
+    for record in &records[1..] {
+        table.add_row(record.iter().map(|f| Some(f.as_str())));
+    }
+    let columns = table.columns();
+    columns
+        .iter()
+        .any(|c| c.column.ty != ColumnType::String.into())
+        || columns
+            .iter()
+            .all(|c| c.column.ty == ColumnType::String.into())
+}
+
+/// The proposal from the sampled files.
+struct Proposal {
+    format: Format,
+    delimiter: u8,
+    header: bool,
+    columns: Vec<SeenColumn>,
+    records: Vec<u64>,
+    notes: Vec<String>,
+}
+
+fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Proposal, String> {
+    let mut notes = Vec::new();
+    let share = (args.sample_bytes / files.len().max(1) as u64).max(64 << 10);
+    let mut records_read = Vec::new();
+    match format {
+        Format::Csv => {
+            let tsv = files
+                .iter()
+                .all(|f| name_of(f).to_ascii_lowercase().contains(".tsv"));
+            let delimiter = match args.delimiter {
+                Some(c) if c.is_ascii() => c as u8,
+                Some(c) => return Err(format!("the delimiter {c:?} is not one ASCII character")),
+                None if tsv => b'\t',
+                None => b',',
+            };
+            let mut all: Vec<Vec<Vec<String>>> = Vec::new();
+            for file in files {
+                let (data, partial) =
+                    text_sample(file, share).map_err(|e| format!("{}: {e}", file.display()))?;
+                let records = csv_records(&data, delimiter, b'"', partial)
+                    .map_err(|e| format!("{}: {e}", file.display()))?;
+                all.push(records);
+            }
+            let first = all
+                .iter()
+                .find(|r| !r.is_empty())
+                .ok_or("every sampled file is empty: there is nothing to infer a schema from")?;
+            let header = match args.header {
+                Header::Yes => true,
+                Header::No => false,
+                Header::Auto => looks_like_header(first),
+            };
+            let width = first[0].len();
+            let names = if header {
+                header_names(&first[0], &mut notes)
+            } else {
+                (1..=width).map(|i| format!("column_{i}")).collect()
+            };
+            let mut table = TextTable::new(names);
+            for (file, records) in files.iter().zip(&all) {
+                let body = if header && !records.is_empty() {
+                    if records[0] != first[0] {
+                        return Err(format!(
+                            "{}: its header differs from the first file's ({:?} against {:?}): \
+                             infer the two shapes apart, or give `--header no`",
+                            file.display(),
+                            records[0],
+                            first[0]
+                        ));
+                    }
+                    &records[1..]
+                } else {
+                    &records[..]
+                };
+                for (i, record) in body.iter().enumerate() {
+                    if record.len() != width {
+                        return Err(format!(
+                            "{}: record {} has {} fields, the first has {width}",
+                            file.display(),
+                            i + 1 + usize::from(header),
+                            record.len()
+                        ));
+                    }
+                    table.add_row(record.iter().map(|f| Some(f.as_str())));
+                }
+                records_read.push(body.len() as u64);
+            }
+            if table.rows() == 0 {
+                notes.push("no record below the header: every column is a nullable string".into());
+            }
+            Ok(Proposal {
+                format,
+                delimiter,
+                header,
+                columns: table.columns(),
+                records: records_read,
+                notes,
+            })
+        }
+        Format::Jsonl => {
+            let mut records = JsonShape::default();
+            for file in files {
+                let (data, partial) =
+                    text_sample(file, share).map_err(|e| format!("{}: {e}", file.display()))?;
+                let text = std::str::from_utf8(&data).map_err(|e| {
+                    format!(
+                        "{}: not text: invalid UTF-8 at byte {}",
+                        file.display(),
+                        e.valid_up_to()
+                    )
+                })?;
+                let mut lines: Vec<&str> = text.split('\n').collect();
+                if partial {
+                    lines.pop(); // cut by the sample
+                }
+                let mut read = 0;
+                for (i, line) in lines.iter().enumerate() {
+                    let line = line.trim_end_matches('\r');
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    let value = tidemark::infer::Json::parse(line).map_err(|e| {
+                        format!("{}: line {}: not JSON: {e}", file.display(), i + 1)
+                    })?;
+                    if !matches!(value, tidemark::infer::Json::Object(_)) {
+                        return Err(format!(
+                            "{}: line {}: not a JSON object (JSON Lines holds one object per line)",
+                            file.display(),
+                            i + 1
+                        ));
+                    }
+                    records.add(&value);
+                    read += 1;
+                }
+                records_read.push(read);
+            }
+            if records.objects() == 0 {
+                return Err(
+                    "every sampled file is empty: there is nothing to infer a schema from".into(),
+                );
+            }
+            Ok(Proposal {
+                format,
+                delimiter: b',',
+                header: false,
+                columns: json_columns(&records),
+                records: records_read,
+                notes,
+            })
+        }
+        Format::Parquet | Format::Avro | Format::Orc => {
+            let mut merged: Vec<SeenColumn> = Vec::new();
+            for (n, file) in files.iter().enumerate() {
+                let at = |e: String| format!("{}: {e}", file.display());
+                let open = || File::open(file).map_err(|e| at(format!("cannot open it: {e}")));
+                let columns = match format {
+                    Format::Parquet => tidemark::infer::parquet_columns(open()?, &mut notes),
+                    Format::Orc => tidemark::infer::orc_columns(open()?, &mut notes),
+                    _ => {
+                        let (reader, _) = decompressed(BufReader::new(open()?), &name_of(file));
+                        tidemark::infer::avro_columns(BufReader::new(reader), &mut notes)
+                    }
+                }
+                .map_err(at)?;
+                records_read.push(
+                    columns
+                        .iter()
+                        .map(|c| c.values + c.nulls)
+                        .max()
+                        .unwrap_or(0),
+                );
+                for column in columns {
+                    match merged
+                        .iter_mut()
+                        .find(|m| m.column.name == column.column.name)
+                    {
+                        Some(m) => {
+                            m.values += column.values;
+                            m.nulls += column.nulls;
+                            m.column.nullable |= column.column.nullable;
+                            if m.column.ty != column.column.ty {
+                                m.notes.push(format!(
+                                    "{} in {}, {} before: json",
+                                    column.column.ty,
+                                    file.display(),
+                                    m.column.ty
+                                ));
+                                m.column.ty = FieldType::Json;
+                            }
+                        }
+                        None => {
+                            let mut column = column;
+                            if n > 0 {
+                                column.column.nullable = true;
+                                column.notes.push("not in every file".into());
+                            }
+                            merged.push(column);
+                        }
+                    }
+                }
+            }
+            Ok(Proposal {
+                format,
+                delimiter: b',',
+                header: false,
+                columns: merged,
+                records: records_read,
+                notes,
+            })
+        }
+    }
+}
+
+/// The proposed source, as a block of the sources document (fields in the document's order).
+#[derive(Debug, Clone, Serialize)]
+pub struct SourceBlock {
+    /// The id.
+    pub source_id: String,
+    /// Landing bucket.
+    pub bucket: String,
+    /// Key prefix.
+    pub prefix: String,
+    /// Input format.
+    pub format: Format,
+    /// CSV options.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub csv: Option<CsvBlock>,
+    /// The columns.
+    pub schema: Vec<tidemark::schema::ColumnSpec>,
+    /// Where the Parquet goes.
+    pub output: OutputBlock,
+}
+
+/// CSV options of the proposal.
+#[derive(Debug, Clone, Serialize)]
+pub struct CsvBlock {
+    /// Field delimiter, when not `,`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delimiter: Option<String>,
+    /// Is there a header?
+    pub header: bool,
+    /// `name` with a header: columns matched by the header's names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub columns: Option<&'static str>,
+}
+
+/// Output of the proposal.
+#[derive(Debug, Clone, Serialize)]
+pub struct OutputBlock {
+    /// Lake bucket.
+    pub bucket: String,
+    /// Output prefix.
+    pub prefix: String,
+}
+
+fn source_block(args: &InferArgs, p: &Proposal) -> SourceBlock {
+    let prefix = args
+        .prefix
+        .clone()
+        .unwrap_or_else(|| format!("{}/", args.source_id));
+    SourceBlock {
+        source_id: args.source_id.clone(),
+        bucket: args.bucket.clone(),
+        prefix: prefix.clone(),
+        format: p.format,
+        csv: (p.format == Format::Csv).then(|| CsvBlock {
+            delimiter: (p.delimiter != b',').then(|| (p.delimiter as char).to_string()),
+            header: p.header,
+            columns: p.header.then_some("name"),
+        }),
+        schema: p.columns.iter().map(|c| c.column.clone()).collect(),
+        output: OutputBlock {
+            bucket: args.lake.clone(),
+            prefix,
+        },
+    }
+}
+
+/// The widening of a column that failed to convert: scalars to `string`, nested types to
+/// `json`; `None` when it is one of those already.
+fn widened(ty: &FieldType) -> Option<FieldType> {
+    match ty {
+        FieldType::Scalar(ColumnType::String) | FieldType::Json => None,
+        FieldType::Scalar(_) => Some(ColumnType::String.into()),
+        _ => Some(FieldType::Json),
+    }
+}
+
+/// Propose, then convert every file under the proposal, widening what fails.
+pub fn infer(args: &InferArgs) -> Result<InferReport, Error> {
+    let found = files_under(&args.paths)?;
+    if found.is_empty() {
+        return Err("no file under the given paths".into());
+    }
+    let files_found = found.len();
+    let format = match args.format {
+        Some(f) => f,
+        None => {
+            let formats: std::collections::BTreeSet<_> = found
+                .iter()
+                .map(|f| {
+                    Format::of(&name_of(f)).ok_or_else(|| {
+                        format!(
+                            "{}: the name does not say its format: give --format",
+                            f.display()
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            let formats: Vec<Format> = formats.into_iter().collect();
+            match formats[..] {
+                [one] => one,
+                _ => {
+                    return Err(format!(
+                        "the files are of several formats ({formats:?}): infer each apart"
+                    )
+                    .into());
+                }
+            }
+        }
+    };
+    let sampled = spread(found, args.sample_files);
+    let mut proposal = propose(args, &sampled, format)?;
+    let mut notes = std::mem::take(&mut proposal.notes);
+    // Convert every sampled file under the proposal; widen a column that fails.
+    let mut converted = vec![None; sampled.len()];
+    let mut error = None;
+    'rounds: for _ in 0..=proposal.columns.len() {
+        let block = source_block(args, &proposal);
+        let document = serde_json::json!({ "sources": [&block] }).to_string();
+        let config = Config::from_json(&document)
+            .map_err(|e| format!("the proposed source is not valid: {e}"))?;
+        for (i, file) in sampled.iter().enumerate() {
+            let prefix = &block.prefix;
+            let report = convert_file(
+                &config,
+                &ConvertArgs {
+                    source: args.source_id.clone(),
+                    key: Some(format!("{prefix}{}", name_of(file))),
+                    rejects: Shown::First(0),
+                    input: file.clone(),
+                    output: None,
+                },
+            )?;
+            match (&report.result, &report.error) {
+                (Some(result), _) if result.rejected == 0 && result.rescued == 0 => {
+                    converted[i] = Some(result.rows);
+                }
+                (Some(result), _) => {
+                    error = Some(format!(
+                        "{}: {} rows rejected, {} rescued under the proposal",
+                        file.display(),
+                        result.rejected,
+                        result.rescued
+                    ));
+                    break 'rounds;
+                }
+                (None, Some(failure)) => {
+                    let column = failure.column.as_deref().and_then(|name| {
+                        let top = name.split(['.', '[']).next().unwrap_or(name);
+                        proposal.columns.iter_mut().find(|c| c.column.name == top)
+                    });
+                    match column {
+                        Some(c) => match widened(&c.column.ty) {
+                            Some(ty) => {
+                                c.notes.push(format!(
+                                    "{} did not read every value ({}): {ty}",
+                                    c.column.ty, failure.message
+                                ));
+                                c.column.ty = ty;
+                                c.column.format = None;
+                                converted = vec![None; sampled.len()];
+                                continue 'rounds;
+                            }
+                            None if !c.column.nullable && failure.message.contains("NULL") => {
+                                c.column.nullable = true;
+                                c.notes.push(format!(
+                                    "NULL found by the converter: nullable ({})",
+                                    failure.message
+                                ));
+                                converted = vec![None; sampled.len()];
+                                continue 'rounds;
+                            }
+                            None => {
+                                error = Some(failure.message.clone());
+                                break 'rounds;
+                            }
+                        },
+                        None => {
+                            error = Some(failure.message.clone());
+                            break 'rounds;
+                        }
+                    }
+                }
+                (None, None) => {
+                    error = Some(format!("{}: did not convert", file.display()));
+                    break 'rounds;
+                }
+            }
+        }
+        break;
+    }
+    let source = source_block(args, &proposal);
+    notes.extend(proposal.columns.iter().flat_map(|c| {
+        c.notes
+            .iter()
+            .map(move |n| format!("{}: {n}", c.column.name))
+            .collect::<Vec<_>>()
+    }));
+    let files = sampled
+        .iter()
+        .zip(&proposal.records)
+        .zip(&converted)
+        .map(|((path, records), rows)| SampledFile {
+            path: path.display().to_string(),
+            bytes: std::fs::metadata(path).map(|m| m.len()).unwrap_or(0),
+            records: *records,
+            converted_rows: *rows,
+        })
+        .collect();
+    Ok(InferReport {
+        source,
+        files_found,
+        files,
+        columns: proposal.columns,
+        notes,
+        checked: error.is_none(),
+        error,
+    })
+}
+
+/// Run `infer` and print its report: the source block, the files, the columns, the notes.
+pub fn infer_command(args: InferArgs, json: bool, out: Out<'_>) -> Result<ExitCode, Error> {
+    let report = infer(&args)?;
+    if json {
+        print_json(out, &report)?;
+    } else {
+        serde_json::to_writer_pretty(&mut *out, &report.source)?;
+        writeln!(out)?;
+        writeln!(out)?;
+        let mut files = Table::new(&["FILE", ">BYTES", ">RECORDS READ", ">ROWS CONVERTED"]);
+        for f in &report.files {
+            files.row(vec![
+                f.path.clone(),
+                f.bytes.to_string(),
+                f.records.to_string(),
+                f.converted_rows.map_or("-".into(), |r| r.to_string()),
+            ]);
+        }
+        write!(out, "{}", files.render())?;
+        if report.files.len() < report.files_found {
+            writeln!(
+                out,
+                "({} of {} files read, spread over the listing)",
+                report.files.len(),
+                report.files_found
+            )?;
+        }
+        writeln!(out)?;
+        let mut columns =
+            Table::new(&["COLUMN", "TYPE", "NULLABLE", ">VALUES", ">NULLS", "EXAMPLE"]);
+        for c in &report.columns {
+            let ty = match &c.column.format {
+                Some(format) => format!("{} ({})", c.column.ty, format),
+                None => c.column.ty.to_string(),
+            };
+            columns.row(vec![
+                c.column.name.clone(),
+                ty,
+                if c.column.nullable { "yes" } else { "no" }.into(),
+                c.values.to_string(),
+                c.nulls.to_string(),
+                c.example.clone().unwrap_or_default(),
+            ]);
+        }
+        write!(out, "{}", columns.render())?;
+        for note in &report.notes {
+            writeln!(out, "note: {note}")?;
+        }
+        match &report.error {
+            None => writeln!(
+                out,
+                "checked: every sampled file converts under this source, no row rejected, no value rescued"
+            )?,
+            Some(e) => writeln!(out, "NOT CHECKED: {e}")?,
+        }
+    }
+    Ok(if report.checked {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -286,7 +286,7 @@ pub async fn execute(cli: Cli, out: Out<'_>) -> Result<ExitCode, Error> {
     }
     // Sample files, no sources document, no backend.
     if let Command::Infer(args) = cli.command {
-        return commands::infer::infer_command(args, cli.json, out);
+        return commands::infer::infer_command(args, cli.backend, &cli.root, cli.json, out).await;
     }
     let config = Arc::new(match &cli.config {
         Some(path) => Config::from_file(path)?,
@@ -347,6 +347,9 @@ pub async fn dispatch(
             convert::convert_command(backend.pipeline.config.clone(), args, json, out).await
         }
         Command::Demo { dir } => demo::demo(dir, out).await,
-        Command::Infer(args) => commands::infer::infer_command(args, json, out),
+        // `execute` runs it before any backend is opened: it reads sample files, not a ledger.
+        Command::Infer(_) => Err("infer reads sample files and opens no backend: \
+                                  run it through `execute`"
+            .into()),
     }
 }

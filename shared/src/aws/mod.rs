@@ -111,6 +111,11 @@ pub async fn queue_from_env(var: &str) -> Result<sqs::SqsQueue, crate::config::C
     Ok(sqs::SqsQueue::from_conf(&conf, url))
 }
 
+/// The S3 store from the standard AWS environment (credentials, region, `AWS_ENDPOINT_URL_S3`).
+pub async fn store_from_env() -> s3::S3Store {
+    s3::S3Store::from_conf(&aws_config::load_from_env().await)
+}
+
 /// The pipeline on S3 and DynamoDB, from the standard AWS environment (credentials, region,
 /// `AWS_ENDPOINT_URL_*`) and the ledger table named by `TIDEMARK_TABLE`.
 pub async fn pipeline_from_env(

@@ -43,7 +43,9 @@ pub enum Header {
 /// Arguments of `infer`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct InferArgs {
-    /// Files or folders of sample files (folders are read recursively).
+    /// Files or folders of sample files (folders are read recursively), or `s3://bucket/prefix`
+    /// on the chosen backend (`--backend local`: the folder of that bucket under `--root`;
+    /// `aws`: S3 from the AWS environment).
     #[arg(value_name = "PATH", required = true)]
     pub paths: Vec<PathBuf>,
     /// The format, when the files' extensions do not say (`.csv`, `.tsv`, `.jsonl`, `.json`,
@@ -69,6 +71,10 @@ pub struct InferArgs {
     /// records only). Every sampled file is still converted whole to check the proposal.
     #[arg(long, default_value_t = 64 << 20)]
     pub sample_bytes: u64,
+    /// Keys listed at most under an `s3://bucket/prefix` path (1,000 per request); the sample
+    /// is spread over what was listed.
+    #[arg(long, default_value_t = 100_000)]
+    pub list_max: usize,
     /// CSV field delimiter (default: `,`, or a tab for `.tsv` files).
     #[arg(long)]
     pub delimiter: Option<char>,
@@ -682,9 +688,194 @@ pub fn infer(args: &InferArgs) -> Result<InferReport, Error> {
     })
 }
 
+/// Objects sampled from `s3://bucket/prefix` paths, copied into a temporary folder.
+struct Remote {
+    dir: PathBuf,
+    /// Local copy → `s3://bucket/key`.
+    names: Vec<(PathBuf, String)>,
+    notes: Vec<String>,
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sample the objects under `url` (`s3://bucket/prefix`): list at most `--list-max` keys,
+/// spread `--sample-files` over them, and fetch each: a plain text object only its share of
+/// `--sample-bytes` (a range, cut after its last whole line), any other whole, counted against
+/// `--sample-bytes` (objects past the budget are not fetched, noted).
+async fn sample_remote(
+    store: &dyn tidemark::ports::ObjectStore,
+    urls: &[String],
+    args: &InferArgs,
+) -> Result<Remote, Error> {
+    use tidemark::ports::{ByteRange, GetOutcome, RangeOutcome};
+    use tokio::io::AsyncReadExt;
+    let dir = std::env::temp_dir().join(format!("tidemark-infer-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir)?;
+    let mut remote = Remote {
+        dir,
+        names: Vec::new(),
+        notes: Vec::new(),
+    };
+    let mut listed = Vec::new();
+    for url in urls {
+        let rest = url.strip_prefix("s3://").expect("an s3 URL");
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        let mut token: Option<String> = None;
+        let before = listed.len();
+        loop {
+            let page = store.list(bucket, prefix, token.as_deref()).await?;
+            for object in page.objects {
+                let name = object.key.rsplit('/').next().unwrap_or("");
+                if !object.key.ends_with('/') && !name.starts_with('.') && !name.starts_with('_') {
+                    listed.push((bucket.to_string(), object));
+                }
+            }
+            token = page.next;
+            if token.is_none() {
+                break;
+            }
+            if listed.len() >= args.list_max {
+                remote.notes.push(format!(
+                    "{url}: listing stopped after {} keys (--list-max): the sample is spread over those",
+                    listed.len() - before
+                ));
+                break;
+            }
+        }
+    }
+    if listed.is_empty() {
+        return Err(format!("no object under {}", urls.join(", ")).into());
+    }
+    let n = args.sample_files.min(listed.len()).max(1);
+    if n < listed.len() {
+        remote.notes.push(format!(
+            "{n} of {} listed objects sampled, spread over the listing",
+            listed.len()
+        ));
+    }
+    let picked: Vec<_> = (0..n)
+        .map(|i| listed[i * listed.len() / n].clone())
+        .collect();
+    let share = (args.sample_bytes / n as u64).max(64 << 10);
+    let mut spent = 0u64;
+    for (i, (bucket, object)) in picked.iter().enumerate() {
+        let name = object.key.rsplit('/').next().unwrap_or("object");
+        let local = remote.dir.join(format!("{i:05}-{name}"));
+        let plain_text = matches!(Format::of(name), Some(Format::Csv | Format::Jsonl))
+            && decompressed(std::io::empty(), name).1 == name.to_ascii_lowercase();
+        let bytes = if plain_text && object.size > share {
+            match store
+                .get_range(
+                    bucket,
+                    &object.key,
+                    ByteRange::Span {
+                        start: 0,
+                        end: share,
+                    },
+                    Some(&object.etag),
+                )
+                .await?
+            {
+                RangeOutcome::Found { bytes, .. } => {
+                    let cut = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
+                    bytes[..cut].to_vec()
+                }
+                _ => continue, // changed or gone since the listing
+            }
+        } else {
+            if spent > 0 && spent + object.size > args.sample_bytes {
+                remote.notes.push(format!(
+                    "{} of {n} sampled objects fetched: --sample-bytes reached",
+                    remote.names.len()
+                ));
+                break;
+            }
+            match store.get(bucket, &object.key, Some(&object.etag)).await? {
+                GetOutcome::Found { mut body, .. } => {
+                    let mut all = Vec::new();
+                    body.read_to_end(&mut all).await?;
+                    all
+                }
+                _ => continue,
+            }
+        };
+        spent += bytes.len() as u64;
+        std::fs::write(&local, &bytes)?;
+        remote
+            .names
+            .push((local, format!("s3://{bucket}/{}", object.key)));
+    }
+    Ok(remote)
+}
+
 /// Run `infer` and print its report: the source block, the files, the columns, the notes.
-pub fn infer_command(args: InferArgs, json: bool, out: Out<'_>) -> Result<ExitCode, Error> {
-    let report = infer(&args)?;
+pub async fn infer_command(
+    args: InferArgs,
+    backend: crate::BackendKind,
+    root: &Path,
+    json: bool,
+    out: Out<'_>,
+) -> Result<ExitCode, Error> {
+    let urls: Vec<String> = args
+        .paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .filter(|p| p.starts_with("s3://"))
+        .collect();
+    let mut report = if urls.is_empty() {
+        infer(&args)?
+    } else {
+        if urls.len() != args.paths.len() {
+            return Err("give either local paths or s3:// paths, not both".into());
+        }
+        let store: Box<dyn tidemark::ports::ObjectStore> = match backend {
+            crate::BackendKind::Local => {
+                if !root.is_dir() {
+                    return Err(format!(
+                        "no workspace at {}: s3:// paths on the embedded backend are folders \
+                         under <root>/buckets (check --root)",
+                        root.display()
+                    )
+                    .into());
+                }
+                Box::new(tidemark::local::FolderStore::new(root.join("buckets")))
+            }
+            crate::BackendKind::Aws => Box::new(tidemark::aws::store_from_env().await),
+        };
+        let remote = sample_remote(store.as_ref(), &urls, &args).await?;
+        let local = InferArgs {
+            paths: remote.names.iter().map(|(p, _)| p.clone()).collect(),
+            sample_files: usize::MAX,
+            ..args.clone()
+        };
+        let mut report = infer(&local)?;
+        report.files_found = report.files_found.max(remote.names.len());
+        for file in &mut report.files {
+            if let Some((_, url)) = remote
+                .names
+                .iter()
+                .find(|(p, _)| p.display().to_string() == file.path)
+            {
+                file.path = url.clone();
+            }
+        }
+        for (path, url) in &remote.names {
+            let shown = path.display().to_string();
+            for note in &mut report.notes {
+                *note = note.replace(&shown, url);
+            }
+            if let Some(e) = &mut report.error {
+                *e = e.replace(&shown, url);
+            }
+        }
+        report.notes.splice(0..0, remote.notes.clone());
+        report
+    };
+    report.notes.retain(|n| !n.is_empty());
     if json {
         print_json(out, &report)?;
     } else {

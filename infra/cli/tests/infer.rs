@@ -197,6 +197,27 @@ fn nested_json_keeps_its_shape_and_conflicts_become_json() {
 }
 
 #[test]
+fn a_sample_cut_inside_a_character_reads_whole_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("names.jsonl");
+    let lines: String = (0..20_000)
+        .map(|i| format!("{{\"id\": {i}, \"name\": \"Zoë Ærøskøbing {i}\"}}\n"))
+        .collect();
+    std::fs::write(&file, lines).expect("write");
+    // A 64 KiB sample (the least share) of a ~900 KB file: its end falls inside an `ø`.
+    let report = infer(&[&file], &["--sample-bytes", "65536"]);
+    assert_eq!(
+        schema(&report),
+        [
+            ("id".into(), "int32".into(), false),
+            ("name".into(), "string".into(), false)
+        ]
+    );
+    assert!(report["files"][0]["records"].as_u64().unwrap() < 20_000);
+    assert_eq!(report["files"][0]["converted_rows"], 20_000);
+}
+
+#[test]
 fn hostile_samples_get_clear_answers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let at = |name: &str, bytes: &[u8]| {

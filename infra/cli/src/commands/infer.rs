@@ -206,7 +206,14 @@ fn text_sample(path: &Path, limit: u64) -> Result<(Vec<u8>, bool), String> {
         .read_to_end(&mut data)
         .map_err(|e| format!("cannot read it: {e}"))?;
     let partial = data.len() as u64 > limit;
-    data.truncate(limit as usize);
+    if partial {
+        // Whole lines only: a cut inside a record, or inside a character, is no sample.
+        let end = data[..limit as usize]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |p| p + 1);
+        data.truncate(end);
+    }
     Ok((data, partial))
 }
 

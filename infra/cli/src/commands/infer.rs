@@ -299,39 +299,40 @@ fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Propos
                 None if tsv => b'\t',
                 None => b',',
             };
-            let mut all: Vec<Vec<Vec<String>>> = Vec::new();
+            // One file's records at a time: the table keeps per-column statistics only.
+            let mut table: Option<(TextTable, Vec<String>, bool, usize)> = None;
             for file in files {
                 let (data, partial) =
                     text_sample(file, share).map_err(|e| format!("{}: {e}", file.display()))?;
                 let records = csv_records(&data, delimiter, b'"', partial)
                     .map_err(|e| format!("{}: {e}", file.display()))?;
-                all.push(records);
-            }
-            let first = all
-                .iter()
-                .find(|r| !r.is_empty())
-                .ok_or("every sampled file is empty: there is nothing to infer a schema from")?;
-            let header = match args.header {
-                Header::Yes => true,
-                Header::No => false,
-                Header::Auto => looks_like_header(first),
-            };
-            let width = first[0].len();
-            let names = if header {
-                header_names(&first[0], &mut notes)
-            } else {
-                (1..=width).map(|i| format!("column_{i}")).collect()
-            };
-            let mut table = TextTable::new(names);
-            for (file, records) in files.iter().zip(&all) {
-                let body = if header && !records.is_empty() {
-                    if records[0] != first[0] {
+                drop(data);
+                if records.is_empty() {
+                    records_read.push(0);
+                    continue;
+                }
+                let (t, first, header, width) = table.get_or_insert_with(|| {
+                    let header = match args.header {
+                        Header::Yes => true,
+                        Header::No => false,
+                        Header::Auto => looks_like_header(&records),
+                    };
+                    let width = records[0].len();
+                    let names = if header {
+                        header_names(&records[0], &mut notes)
+                    } else {
+                        (1..=width).map(|i| format!("column_{i}")).collect()
+                    };
+                    (TextTable::new(names), records[0].clone(), header, width)
+                });
+                let body = if *header {
+                    if records[0] != *first {
                         return Err(format!(
                             "{}: its header differs from the first file's ({:?} against {:?}): \
                              infer the two shapes apart, or give `--header no`",
                             file.display(),
                             records[0],
-                            first[0]
+                            first
                         ));
                     }
                     &records[1..]
@@ -339,18 +340,20 @@ fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Propos
                     &records[..]
                 };
                 for (i, record) in body.iter().enumerate() {
-                    if record.len() != width {
+                    if record.len() != *width {
                         return Err(format!(
                             "{}: record {} has {} fields, the first has {width}",
                             file.display(),
-                            i + 1 + usize::from(header),
+                            i + 1 + usize::from(*header),
                             record.len()
                         ));
                     }
-                    table.add_row(record.iter().map(|f| Some(f.as_str())));
+                    t.add_row(record.iter().map(|f| Some(f.as_str())));
                 }
                 records_read.push(body.len() as u64);
             }
+            let (table, _, header, _) = table
+                .ok_or("every sampled file is empty: there is nothing to infer a schema from")?;
             if table.rows() == 0 {
                 notes.push("no record below the header: every column is a nullable string".into());
             }

@@ -286,7 +286,15 @@ pub async fn execute(cli: Cli, out: Out<'_>) -> Result<ExitCode, Error> {
     }
     // Sample files, no sources document, no backend.
     if let Command::Infer(args) = cli.command {
-        return commands::infer::infer_command(args, cli.backend, &cli.root, cli.json, out).await;
+        return commands::infer::infer_command(
+            args,
+            cli.backend,
+            &cli.root,
+            cli.config.as_deref(),
+            cli.json,
+            out,
+        )
+        .await;
     }
     let config = Arc::new(match &cli.config {
         Some(path) => Config::from_file(path)?,

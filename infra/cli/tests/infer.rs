@@ -291,3 +291,72 @@ fn hostile_samples_get_clear_answers() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).contains("record 3 has 1 fields"), "{}", text(&o));
 }
+
+#[test]
+fn compared_with_a_source_it_names_what_fails_and_proposes_only_additions() {
+    let sample = repo().join("infra/sample");
+    let config = sample.join("sources.json");
+    let run = |path: &Path| {
+        let out = tidemark(&[
+            "--json",
+            "--config",
+            config.to_str().unwrap(),
+            "infer",
+            "--source",
+            "orders",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", text(&out));
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        report["compared"].clone()
+    };
+    // The sample's orders: the malformed file fails under the current contract, named; the
+    // narrower types the files show (int32 ids, decimal(5,2) amounts) are not differences.
+    let compared = run(&sample.join("landing/orders"));
+    let outcomes: Vec<&str> = compared["under_current"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["converts", "converts", "fails"]);
+    assert!(
+        compared["under_current"][2]["why"]
+            .as_str()
+            .unwrap()
+            .contains(r#"column "quantity": cannot parse "two" as int32"#)
+    );
+    assert_eq!(
+        compared["differing"],
+        serde_json::json!([["quantity", "int32", "string"]])
+    );
+    assert!(compared["proposed"].is_null(), "nothing to add");
+    // A file with one more column: proposed as a nullable addition, nothing else changed.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let original =
+        std::fs::read_to_string(sample.join("landing/orders/2026/11/29/orders-0001.csv")).unwrap();
+    let widened: String = original
+        .lines()
+        .enumerate()
+        .map(|(i, l)| format!("{l},{}\n", if i == 0 { "channel" } else { "web" }))
+        .collect();
+    std::fs::write(dir.path().join("orders-0009.csv"), widened).unwrap();
+    let compared = run(dir.path());
+    assert_eq!(compared["added"][0]["name"], "channel");
+    assert_eq!(compared["added"][0]["nullable"], true);
+    let schema = compared["proposed"]["schema"].as_array().unwrap();
+    assert_eq!(
+        schema.len(),
+        7,
+        "the six columns kept as they are, one added"
+    );
+    assert_eq!(
+        schema[3]["type"], "int32",
+        "quantity untouched: only additions"
+    );
+    assert!(
+        compared["notes"].to_string().contains("csv.columns")
+            || compared["notes"].to_string().contains("columns")
+    );
+    assert_eq!(compared["under_current"][0]["outcome"], "fails");
+}

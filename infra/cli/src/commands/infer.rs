@@ -55,6 +55,11 @@ pub struct InferArgs {
     /// The id of the proposed source.
     #[arg(long, default_value = "new_source")]
     pub source_id: String,
+    /// Compare with this source of the sources document (`--config`): convert the sampled
+    /// files under its current contract (which fail, which rescue values, and why), and
+    /// propose only additive changes (the columns the files have that it lacks, nullable).
+    #[arg(long, value_name = "ID")]
+    pub source: Option<String>,
     /// The landing bucket of the proposed source.
     #[arg(long, default_value = "landing")]
     pub bucket: String,
@@ -141,6 +146,9 @@ pub struct InferReport {
     pub columns: Vec<SeenColumn>,
     /// Notes not tied to one column (duplicate header names, columns left out, widenings).
     pub notes: Vec<String>,
+    /// The comparison with `--source`, when given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compared: Option<Comparison>,
     /// Did every sampled file convert under the proposal, nothing rejected or rescued?
     pub checked: bool,
     /// Why not, when not.
@@ -693,8 +701,170 @@ pub fn infer(args: &InferArgs) -> Result<InferReport, Error> {
         files,
         columns: proposal.columns,
         notes,
+        compared: None,
         checked: error.is_none(),
         error,
+    })
+}
+
+/// The sampled files against a source of the document.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// The source compared with.
+    pub source_id: String,
+    /// Columns the files have and the source lacks, proposed as nullable additions.
+    pub added: Vec<tidemark::schema::ColumnSpec>,
+    /// Columns of the source no sampled file had.
+    pub not_seen: Vec<String>,
+    /// Columns whose type in the files differs from the source's: (name, source's, seen).
+    pub differing: Vec<(String, String, String)>,
+    /// Each sampled file under the source's current contract.
+    pub under_current: Vec<FileOutcome>,
+    /// The source with the additions: the additive change to deploy (`None`: nothing to add).
+    pub proposed: Option<tidemark::config::SourceDoc>,
+    /// Why an addition needs care (a positional CSV source, whose columns are matched by
+    /// position: set `csv.columns: "name"` with it).
+    pub notes: Vec<String>,
+}
+
+/// Does a column of type `source` read every value the files gave as `seen`? The same type,
+/// a wider integer, a decimal with room for the digits, a float for any number, text for any
+/// scalar (the files' text is kept as written).
+fn reads(source: &FieldType, seen: &FieldType) -> bool {
+    use ColumnType::*;
+    if source == seen {
+        return true;
+    }
+    let (Some(source), Some(seen)) = (source.scalar(), seen.scalar()) else {
+        return false;
+    };
+    match (seen, source) {
+        (Int32, Int64) | (Int32 | Int64 | Float32, Float64) | (_, String) => true,
+        (Int32, Decimal { precision, scale }) => i16::from(precision) - i16::from(scale) >= 10,
+        (Int64, Decimal { precision, scale }) => i16::from(precision) - i16::from(scale) >= 19,
+        (
+            Decimal {
+                precision: p1,
+                scale: s1,
+            },
+            Decimal {
+                precision: p2,
+                scale: s2,
+            },
+        ) => s1 <= s2 && i16::from(p1) - i16::from(s1) <= i16::from(p2) - i16::from(s2),
+        (Decimal { .. }, Float64) => true,
+        _ => false,
+    }
+}
+
+/// One sampled file converted under a source's current contract.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileOutcome {
+    /// The file (or its `s3://` URL).
+    pub path: String,
+    /// `converts`, `rescues` (values rescued or rows rejected) or `fails`.
+    pub outcome: &'static str,
+    /// Rows written, when it converted.
+    pub rows: Option<u64>,
+    /// Why, when it did not simply convert.
+    pub why: Option<String>,
+}
+
+fn compare(
+    config: &Config,
+    id: &str,
+    files: &[PathBuf],
+    columns: &[SeenColumn],
+) -> Result<Comparison, Error> {
+    let source = crate::backend::source_in(config, id)?;
+    let current = &source.doc.schema;
+    let mut under_current = Vec::new();
+    for file in files {
+        let report = convert_file(
+            config,
+            &ConvertArgs {
+                source: id.to_string(),
+                key: Some(format!("{}{}", source.doc.prefix, name_of(file))),
+                rejects: Shown::First(0),
+                input: file.clone(),
+                output: None,
+            },
+        )?;
+        let path = file.display().to_string();
+        under_current.push(match (&report.result, &report.error) {
+            (Some(r), _) if r.rejected == 0 && r.rescued == 0 => FileOutcome {
+                path,
+                outcome: "converts",
+                rows: Some(r.rows),
+                why: None,
+            },
+            (Some(r), _) => FileOutcome {
+                path,
+                outcome: "rescues",
+                rows: Some(r.rows),
+                why: Some(format!(
+                    "{} rows rejected, {} rescued",
+                    r.rejected, r.rescued
+                )),
+            },
+            (None, error) => FileOutcome {
+                path,
+                outcome: "fails",
+                rows: None,
+                why: error.as_ref().map(|e| e.message.clone()),
+            },
+        });
+    }
+    let added: Vec<_> = columns
+        .iter()
+        .filter(|c| !current.iter().any(|s| s.name == c.column.name))
+        .map(|c| tidemark::schema::ColumnSpec {
+            nullable: true,
+            ..c.column.clone()
+        })
+        .collect();
+    let not_seen = current
+        .iter()
+        .filter(|s| !columns.iter().any(|c| c.column.name == s.name))
+        .map(|s| s.name.clone())
+        .collect();
+    let differing = current
+        .iter()
+        .filter_map(|s| {
+            let seen = columns.iter().find(|c| c.column.name == s.name)?;
+            (!reads(&s.ty, &seen.column.ty))
+                .then(|| (s.name.clone(), s.ty.to_string(), seen.column.ty.to_string()))
+        })
+        .collect();
+    let mut notes = Vec::new();
+    let proposed = if added.is_empty() {
+        None
+    } else {
+        let mut doc = source.doc.clone();
+        doc.schema.extend(added.iter().cloned());
+        let positional = source.doc.format == tidemark::config::FormatDoc::Csv
+            && source
+                .doc
+                .csv
+                .as_ref()
+                .is_none_or(|c| c.columns == tidemark::config::CsvColumnsDoc::Position);
+        if positional {
+            notes.push(
+                "a CSV source matched by position: set \"csv\": {\"columns\": \"name\"} with the \
+                 added columns, or files of the old shape fail"
+                    .to_string(),
+            );
+        }
+        Some(doc)
+    };
+    Ok(Comparison {
+        source_id: id.to_string(),
+        added,
+        not_seen,
+        differing,
+        under_current,
+        proposed,
+        notes,
     })
 }
 
@@ -827,9 +997,22 @@ pub async fn infer_command(
     args: InferArgs,
     backend: crate::BackendKind,
     root: &Path,
+    config: Option<&Path>,
     json: bool,
     out: Out<'_>,
 ) -> Result<ExitCode, Error> {
+    // The document is read only to compare with one of its sources.
+    let config = match (&args.source, config) {
+        (None, _) => None,
+        (Some(_), Some(path)) => Some(Config::from_file(path)?),
+        (Some(_), None) => Some(Config::from_env()?),
+    };
+    let compare_with = |report: &mut InferReport, files: &[PathBuf]| -> Result<(), Error> {
+        if let (Some(id), Some(config)) = (&args.source, &config) {
+            report.compared = Some(compare(config, id, files, &report.columns)?);
+        }
+        Ok(())
+    };
     let urls: Vec<String> = args
         .paths
         .iter()
@@ -837,7 +1020,14 @@ pub async fn infer_command(
         .filter(|p| p.starts_with("s3://"))
         .collect();
     let mut report = if urls.is_empty() {
-        infer(&args)?
+        let mut report = infer(&args)?;
+        let files: Vec<PathBuf> = report
+            .files
+            .iter()
+            .map(|f| PathBuf::from(&f.path))
+            .collect();
+        compare_with(&mut report, &files)?;
+        report
     } else {
         if urls.len() != args.paths.len() {
             return Err("give either local paths or s3:// paths, not both".into());
@@ -863,6 +1053,25 @@ pub async fn infer_command(
             ..args.clone()
         };
         let mut report = infer(&local)?;
+        compare_with(&mut report, &local.paths)?;
+        if let Some(compared) = &mut report.compared {
+            for outcome in &mut compared.under_current {
+                if let Some((_, url)) = remote
+                    .names
+                    .iter()
+                    .find(|(p, _)| p.display().to_string() == outcome.path)
+                {
+                    outcome.path = url.clone();
+                }
+                let shown = outcome.why.take();
+                outcome.why = shown.map(|why| {
+                    remote
+                        .names
+                        .iter()
+                        .fold(why, |w, (p, url)| w.replace(&p.display().to_string(), url))
+                });
+            }
+        }
         report.files_found = report.files_found.max(remote.names.len());
         for file in &mut report.files {
             if let Some((_, url)) = remote
@@ -937,6 +1146,44 @@ pub async fn infer_command(
                 "checked: every sampled file converts under this source, no row rejected, no value rescued"
             )?,
             Some(e) => writeln!(out, "NOT CHECKED: {e}")?,
+        }
+        if let Some(c) = &report.compared {
+            writeln!(out, "\nunder the current source {:?}:", c.source_id)?;
+            let mut files = Table::new(&["FILE", "OUTCOME", ">ROWS", "WHY"]);
+            for f in &c.under_current {
+                files.row(vec![
+                    f.path.clone(),
+                    f.outcome.into(),
+                    f.rows.map_or("-".into(), |r| r.to_string()),
+                    f.why.clone().unwrap_or_default(),
+                ]);
+            }
+            write!(out, "{}", files.render())?;
+            for (name, was, seen) in &c.differing {
+                writeln!(
+                    out,
+                    "differs: {name}: {was} in the source, {seen} in the files (not changed: not additive)"
+                )?;
+            }
+            for name in &c.not_seen {
+                writeln!(out, "not seen: {name} (kept)")?;
+            }
+            for note in &c.notes {
+                writeln!(out, "note: {note}")?;
+            }
+            match &c.proposed {
+                None => writeln!(out, "additive change: none (no column the source lacks)")?,
+                Some(doc) => {
+                    let names: Vec<&str> = c.added.iter().map(|a| a.name.as_str()).collect();
+                    writeln!(
+                        out,
+                        "additive change: add {} (nullable); the source with them:",
+                        names.join(", ")
+                    )?;
+                    serde_json::to_writer_pretty(&mut *out, doc)?;
+                    writeln!(out)?;
+                }
+            }
         }
     }
     Ok(if report.checked {

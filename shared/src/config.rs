@@ -1164,16 +1164,7 @@ impl Source {
             CompressionDoc::None => Compression::None,
             CompressionDoc::Gzip => Compression::Gzip,
             CompressionDoc::Zstd => Compression::Zstd,
-            CompressionDoc::Auto => {
-                let lower = key.to_ascii_lowercase();
-                if lower.ends_with(".gz") || lower.ends_with(".gzip") {
-                    Compression::Gzip
-                } else if lower.ends_with(".zst") || lower.ends_with(".zstd") {
-                    Compression::Zstd
-                } else {
-                    Compression::None
-                }
-            }
+            CompressionDoc::Auto => Compression::from_key(key).0,
         };
         let format = match self.doc.format {
             FormatDoc::Jsonl => InputFormat::JsonLines,

@@ -23,9 +23,7 @@ use crate::schema::{ColumnSpec, ColumnType, FieldType, StructField, TimeFormat};
 
 /// An object with more distinct keys than this (over all the records seen) is proposed as a
 /// `map<string,…>`: its keys are data, not a schema.
-pub const MAX_STRUCT_KEYS: usize = 200;
-/// See [`MAX_STRUCT_KEYS`].
-pub const MAP_KEYS: usize = MAX_STRUCT_KEYS;
+pub const MAP_KEYS: usize = 200;
 /// Characters of an example value kept.
 pub const EXAMPLE_CHARS: usize = 40;
 
@@ -722,15 +720,24 @@ pub fn json_columns(records: &JsonShape) -> Vec<SeenColumn> {
 }
 
 /// The type a column of a file with types of its own (Parquet, Avro, ORC) is proposed as:
-/// the schema's type that reads every value of it exactly (as the typed readers widen:
-/// smaller integers to `int32`, `uint32` to `int64`, `uint64` to `decimal(20,0)`, every
-/// timestamp unit and zone to `timestamp`, dictionaries to their values), `None` for a type
-/// no column type reads (binary, intervals, unions).
+/// the narrowest schema type naming it (smaller integers as `int32`, `uint32` as `int64`,
+/// `uint64` as `decimal(20,0)`, every timestamp unit and zone as `timestamp`, dictionaries as
+/// their values), kept only when the typed readers read every value of it so
+/// ([`crate::convert::reads`], their own contract); `None` for a type they do not read
+/// (binary, intervals, unions, half floats).
 pub fn field_type_of(field: &arrow_schema::Field) -> Option<FieldType> {
+    let ty = proposed(field)?;
+    crate::convert::reads(field.data_type(), &ty).then_some(ty)
+}
+
+/// The narrowest schema type naming `field`'s type, readable or not.
+fn proposed(field: &arrow_schema::Field) -> Option<FieldType> {
+    FieldType::from_field(field).or_else(|| named(field))
+}
+
+/// [`proposed`] for the types no schema type is written as.
+fn named(field: &arrow_schema::Field) -> Option<FieldType> {
     use arrow_schema::DataType as D;
-    if let Some(ty) = FieldType::from_field(field) {
-        return Some(ty);
-    }
     Some(match field.data_type() {
         D::Int8 | D::Int16 | D::UInt8 | D::UInt16 => ColumnType::Int32.into(),
         D::UInt32 => ColumnType::Int64.into(),
@@ -739,15 +746,13 @@ pub fn field_type_of(field: &arrow_schema::Field) -> Option<FieldType> {
             scale: 0,
         }
         .into(),
-        D::Float16 => ColumnType::Float32.into(),
         D::LargeUtf8 | D::Utf8View => ColumnType::String.into(),
         D::Dictionary(_, value) => {
-            return field_type_of(&arrow_schema::Field::new("", (**value).clone(), true));
+            return proposed(&arrow_schema::Field::new("", (**value).clone(), true));
         }
         D::Timestamp(..) => ColumnType::Timestamp.into(),
-        D::Date64 => ColumnType::Date.into(),
         D::List(element) | D::LargeList(element) | D::FixedSizeList(element, _) => {
-            FieldType::Array(Box::new(field_type_of(element)?))
+            FieldType::Array(Box::new(proposed(element)?))
         }
         D::Struct(fields) if !fields.is_empty() => FieldType::Struct(
             fields
@@ -755,7 +760,7 @@ pub fn field_type_of(field: &arrow_schema::Field) -> Option<FieldType> {
                 .map(|f| {
                     Some(StructField {
                         name: f.name().clone(),
-                        ty: field_type_of(f)?,
+                        ty: proposed(f)?,
                     })
                 })
                 .collect::<Option<_>>()?,
@@ -767,10 +772,10 @@ pub fn field_type_of(field: &arrow_schema::Field) -> Option<FieldType> {
             let [key, value] = kv.iter().collect::<Vec<_>>()[..] else {
                 return None;
             };
-            if field_type_of(key) != Some(ColumnType::String.into()) {
+            if proposed(key) != Some(ColumnType::String.into()) {
                 return None;
             }
-            FieldType::Map(Box::new(field_type_of(value)?))
+            FieldType::Map(Box::new(proposed(value)?))
         }
         _ => return None,
     })
@@ -945,32 +950,6 @@ fn split_fields(bytes: &[u8], ends: &[usize]) -> Vec<String> {
         .collect()
 }
 
-/// Decompress `input` as its name says (`.gz` / `.gzip`: gzip, `.zst` / `.zstd`: zstd), and
-/// the name without that suffix.
-pub fn decompressed<'a>(
-    input: impl std::io::Read + 'a,
-    name: &str,
-) -> (Box<dyn std::io::Read + 'a>, String) {
-    let lower = name.to_ascii_lowercase();
-    for suffix in [".gz", ".gzip"] {
-        if let Some(stem) = lower.strip_suffix(suffix) {
-            return (
-                Box::new(flate2::read::MultiGzDecoder::new(input)),
-                stem.to_string(),
-            );
-        }
-    }
-    for suffix in [".zst", ".zstd"] {
-        if let Some(stem) = lower.strip_suffix(suffix) {
-            if let Ok(decoder) = zstd::stream::read::Decoder::new(input) {
-                return (Box::new(decoder), stem.to_string());
-            }
-            return (Box::new(std::io::empty()), stem.to_string());
-        }
-    }
-    (Box::new(input), lower)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1109,6 +1088,32 @@ mod tests {
         let line = serde_json::json!({ "counts": record }).to_string();
         let columns = shape(&[&line]);
         assert_eq!(columns[0].column.ty.to_string(), "map<string,int32>");
+    }
+
+    #[test]
+    fn typed_columns_are_proposed_only_as_the_readers_read_them() {
+        use arrow_schema::{DataType, Field, TimeUnit};
+        let of = |dt: DataType| field_type_of(&Field::new("c", dt, true)).map(|t| t.to_string());
+        assert_eq!(of(DataType::UInt16).as_deref(), Some("int32"));
+        assert_eq!(of(DataType::UInt64).as_deref(), Some("decimal(20,0)"));
+        assert_eq!(
+            of(DataType::Timestamp(TimeUnit::Millisecond, None)).as_deref(),
+            Some("timestamp")
+        );
+        assert_eq!(
+            of(DataType::Dictionary(
+                Box::new(DataType::Int32),
+                Box::new(DataType::Utf8)
+            ))
+            .as_deref(),
+            Some("string")
+        );
+        assert_eq!(
+            of(DataType::Float16),
+            None,
+            "the readers do not read half floats"
+        );
+        assert_eq!(of(DataType::Binary), None);
     }
 
     #[test]

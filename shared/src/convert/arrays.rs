@@ -88,6 +88,20 @@ struct Child {
     plan: Plan,
 }
 
+/// Whether the typed readers (Parquet, Avro, ORC) read every value of a file column of type
+/// `file` as `target`, at every level of it.
+pub fn reads(file: &DataType, target: &FieldType) -> bool {
+    fn all(plan: &Plan) -> bool {
+        match &plan.how {
+            How::Refused(_) => false,
+            How::Struct(children) => children.iter().flatten().all(|c| all(&c.plan)),
+            How::List(inner) | How::Map(inner) => all(inner),
+            _ => true,
+        }
+    }
+    all(&plan(file, target))
+}
+
 /// How a value of the file's type `file` is read as `target`.
 pub(super) fn plan(file: &DataType, target: &FieldType) -> Plan {
     let refused = || {

@@ -134,6 +134,24 @@ pub(super) fn open<'a, R: Read + Send + 'a>(
     ))
 }
 
+/// `input` decompressed as `compression` says (gzip: every member of a multi-member file).
+pub fn decoder<'a, R: Read + Send + 'a>(
+    input: R,
+    compression: Compression,
+) -> Result<Box<dyn Read + Send + 'a>, ConvertError> {
+    Ok(match compression {
+        Compression::None => Box::new(input),
+        Compression::Gzip => Box::new(MultiGzDecoder::new(input)),
+        Compression::Zstd => {
+            Box::new(
+                zstd::Decoder::new(input).map_err(|e| ConvertError::Decompress {
+                    message: format!("zstd: {e}"),
+                })?,
+            )
+        }
+    })
+}
+
 /// The decoded byte stream of `input`, unbuffered (its byte order mark already dropped).
 fn stream<'a, R: Read + Send + 'a>(
     input: R,
@@ -144,17 +162,7 @@ fn stream<'a, R: Read + Send + 'a>(
         inner: input,
         meter,
     };
-    let inner: Box<dyn Read + Send + 'a> = match spec.compression {
-        Compression::None => Box::new(source),
-        Compression::Gzip => Box::new(MultiGzDecoder::new(source)),
-        Compression::Zstd => {
-            Box::new(
-                zstd::Decoder::new(source).map_err(|e| ConvertError::Decompress {
-                    message: format!("zstd: {e}"),
-                })?,
-            )
-        }
-    };
+    let inner = decoder(source, spec.compression)?;
     let mut decoded = Decoded {
         inner,
         meter,

@@ -22,11 +22,13 @@
 //! errors those are).
 
 mod arrays;
+pub use arrays::reads;
 mod avro;
 mod columns;
 mod csv;
 mod header;
 mod input;
+pub use input::decoder;
 mod json;
 mod orc;
 // Not `mod parquet`, which would shadow the crate of that name here.
@@ -91,6 +93,28 @@ pub enum Compression {
     Gzip,
     /// zstd, possibly several frames concatenated.
     Zstd,
+}
+
+/// The suffixes that name a compression, lower case.
+const COMPRESSION_SUFFIXES: [(&str, Compression); 4] = [
+    (".gz", Compression::Gzip),
+    (".gzip", Compression::Gzip),
+    (".zst", Compression::Zstd),
+    (".zstd", Compression::Zstd),
+];
+
+impl Compression {
+    /// The compression a key's suffix names (`.gz` / `.gzip`, `.zst` / `.zstd`, any case),
+    /// and the key without that suffix; `None` and the whole key otherwise.
+    pub fn from_key(key: &str) -> (Self, &str) {
+        for (suffix, compression) in COMPRESSION_SUFFIXES {
+            let at = key.len().saturating_sub(suffix.len());
+            if key.is_char_boundary(at) && key[at..].eq_ignore_ascii_case(suffix) {
+                return (compression, &key[..at]);
+            }
+        }
+        (Self::None, key)
+    }
 }
 
 impl fmt::Display for Compression {

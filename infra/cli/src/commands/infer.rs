@@ -18,9 +18,8 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 use tidemark::config::Config;
-use tidemark::infer::{
-    JsonShape, SeenColumn, TextTable, TextTypes, csv_records, decompressed, json_columns,
-};
+use tidemark::convert::{Compression, decoder};
+use tidemark::infer::{JsonShape, SeenColumn, TextTable, TextTypes, csv_records, json_columns};
 use tidemark::schema::{ColumnType, FieldType};
 
 use super::convert::{ConvertArgs, Shown, convert_file};
@@ -107,9 +106,9 @@ pub enum Format {
 impl Format {
     /// The format a file's name says, after its compression suffix.
     fn of(name: &str) -> Option<Self> {
-        let (_, stem) = decompressed(std::io::empty(), name);
-        let ext = stem.rsplit('.').next().unwrap_or("");
-        Some(match ext {
+        let (_, stem) = Compression::from_key(name);
+        let ext = stem.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
+        Some(match ext.as_str() {
             "csv" | "tsv" | "txt" => Format::Csv,
             "jsonl" | "json" | "ndjson" => Format::Jsonl,
             "parquet" | "pq" => Format::Parquet,
@@ -190,12 +189,20 @@ fn files_under(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
     Ok(out)
 }
 
-/// `n` of `files`, spread evenly over them.
-fn spread(files: Vec<PathBuf>, n: usize) -> Vec<PathBuf> {
-    if files.len() <= n || n == 0 {
-        return files;
+/// `n` of `items` (at least one), spread evenly over them.
+fn spread<T: Clone>(items: Vec<T>, n: usize) -> Vec<T> {
+    let n = n.max(1);
+    if items.len() <= n {
+        return items;
     }
-    (0..n).map(|i| files[i * files.len() / n].clone()).collect()
+    (0..n).map(|i| items[i * items.len() / n].clone()).collect()
+}
+
+/// `path` decompressed as its name says.
+fn decompressed(path: &Path) -> Result<Box<dyn Read + Send>, String> {
+    let file = File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
+    let (compression, _) = Compression::from_key(&name_of(path));
+    decoder(BufReader::new(file), compression).map_err(|e| e.to_string())
 }
 
 fn name_of(path: &Path) -> String {
@@ -206,10 +213,8 @@ fn name_of(path: &Path) -> String {
 
 /// Up to `limit` decompressed bytes of `path`, and whether the file goes on past them.
 fn text_sample(path: &Path, limit: u64) -> Result<(Vec<u8>, bool), String> {
-    let file = File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
-    let (reader, _) = decompressed(BufReader::new(file), &name_of(path));
     let mut data = Vec::new();
-    reader
+    decompressed(path)?
         .take(limit + 1)
         .read_to_end(&mut data)
         .map_err(|e| format!("cannot read it: {e}"))?;
@@ -433,10 +438,10 @@ fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Propos
                 let columns = match format {
                     Format::Parquet => tidemark::infer::parquet_columns(open()?, &mut notes),
                     Format::Orc => tidemark::infer::orc_columns(open()?, &mut notes),
-                    _ => {
-                        let (reader, _) = decompressed(BufReader::new(open()?), &name_of(file));
-                        tidemark::infer::avro_columns(BufReader::new(reader), &mut notes)
-                    }
+                    _ => tidemark::infer::avro_columns(
+                        BufReader::new(decompressed(file).map_err(at)?),
+                        &mut notes,
+                    ),
                 }
                 .map_err(at)?;
                 records_read.push(
@@ -563,6 +568,56 @@ fn widened(ty: &FieldType) -> Option<FieldType> {
     }
 }
 
+/// `file` converted, output discarded, under source `id` of `config`, as the object
+/// `<prefix><file name>` would be.
+fn convert_sample(
+    config: &Config,
+    id: &str,
+    prefix: &str,
+    file: &Path,
+) -> Result<super::convert::ConvertReport, Error> {
+    convert_file(
+        config,
+        &ConvertArgs {
+            source: id.to_string(),
+            key: Some(format!("{prefix}{}", name_of(file))),
+            rejects: Shown::First(0),
+            input: file.to_path_buf(),
+            output: None,
+        },
+    )
+}
+
+/// Loosen the column `failure` names so that the value it failed on reads: a wider type
+/// ([`widened`]), or NULLs allowed when the converter found one. `false` when the failure
+/// names no proposed column or the column is as loose as it gets: then it is the answer.
+fn relax(columns: &mut [SeenColumn], failure: &super::convert::Failure) -> bool {
+    let Some(c) = failure.column.as_deref().and_then(|name| {
+        let top = name.split(['.', '[']).next().unwrap_or(name);
+        columns.iter_mut().find(|c| c.column.name == top)
+    }) else {
+        return false;
+    };
+    if let Some(ty) = widened(&c.column.ty) {
+        c.notes.push(format!(
+            "{} did not read every value ({}): {ty}",
+            c.column.ty, failure.message
+        ));
+        c.column.ty = ty;
+        c.column.format = None;
+        return true;
+    }
+    if !c.column.nullable && failure.message.contains("NULL") {
+        c.column.nullable = true;
+        c.notes.push(format!(
+            "NULL found by the converter: nullable ({})",
+            failure.message
+        ));
+        return true;
+    }
+    false
+}
+
 /// Propose, then convert every file under the proposal, widening what fails.
 pub fn infer(args: &InferArgs) -> Result<InferReport, Error> {
     let found = files_under(&args.paths)?;
@@ -608,17 +663,7 @@ pub fn infer(args: &InferArgs) -> Result<InferReport, Error> {
         let config = Config::from_json(&document)
             .map_err(|e| format!("the proposed source is not valid: {e}"))?;
         for (i, file) in sampled.iter().enumerate() {
-            let prefix = &block.prefix;
-            let report = convert_file(
-                &config,
-                &ConvertArgs {
-                    source: args.source_id.clone(),
-                    key: Some(format!("{prefix}{}", name_of(file))),
-                    rejects: Shown::First(0),
-                    input: file.clone(),
-                    output: None,
-                },
-            )?;
+            let report = convert_sample(&config, &args.source_id, &block.prefix, file)?;
             match (&report.result, &report.error) {
                 (Some(result), _) if result.rejected == 0 && result.rescued == 0 => {
                     converted[i] = Some(result.rows);
@@ -632,45 +677,15 @@ pub fn infer(args: &InferArgs) -> Result<InferReport, Error> {
                     ));
                     break 'rounds;
                 }
-                (None, Some(failure)) => {
-                    let column = failure.column.as_deref().and_then(|name| {
-                        let top = name.split(['.', '[']).next().unwrap_or(name);
-                        proposal.columns.iter_mut().find(|c| c.column.name == top)
-                    });
-                    match column {
-                        Some(c) => match widened(&c.column.ty) {
-                            Some(ty) => {
-                                c.notes.push(format!(
-                                    "{} did not read every value ({}): {ty}",
-                                    c.column.ty, failure.message
-                                ));
-                                c.column.ty = ty;
-                                c.column.format = None;
-                                converted = vec![None; sampled.len()];
-                                continue 'rounds;
-                            }
-                            None if !c.column.nullable && failure.message.contains("NULL") => {
-                                c.column.nullable = true;
-                                c.notes.push(format!(
-                                    "NULL found by the converter: nullable ({})",
-                                    failure.message
-                                ));
-                                converted = vec![None; sampled.len()];
-                                continue 'rounds;
-                            }
-                            None => {
-                                error = Some(failure.message.clone());
-                                break 'rounds;
-                            }
-                        },
-                        None => {
-                            error = Some(failure.message.clone());
-                            break 'rounds;
-                        }
-                    }
+                (None, Some(failure)) if relax(&mut proposal.columns, failure) => {
+                    converted = vec![None; sampled.len()];
+                    continue 'rounds;
                 }
-                (None, None) => {
-                    error = Some(format!("{}: did not convert", file.display()));
+                (None, failure) => {
+                    error = Some(failure.as_ref().map_or_else(
+                        || format!("{}: did not convert", file.display()),
+                        |f| f.message.clone(),
+                    ));
                     break 'rounds;
                 }
             }
@@ -780,16 +795,7 @@ fn compare(
     let current = &source.doc.schema;
     let mut under_current = Vec::new();
     for file in files {
-        let report = convert_file(
-            config,
-            &ConvertArgs {
-                source: id.to_string(),
-                key: Some(format!("{}{}", source.doc.prefix, name_of(file))),
-                rejects: Shown::First(0),
-                input: file.clone(),
-                output: None,
-            },
-        )?;
+        let report = convert_sample(config, id, &source.doc.prefix, file)?;
         let path = file.display().to_string();
         under_current.push(match (&report.result, &report.error) {
             (Some(r), _) if r.rejected == 0 && r.rescued == 0 => FileOutcome {
@@ -876,6 +882,15 @@ struct Remote {
     notes: Vec<String>,
 }
 
+impl Remote {
+    /// `text` with every local copy's path replaced by its object's URL.
+    fn urls_in(&self, text: &mut String) {
+        for (path, url) in &self.names {
+            *text = text.replace(&path.display().to_string(), url);
+        }
+    }
+}
+
 impl Drop for Remote {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -930,23 +945,21 @@ async fn sample_remote(
     if listed.is_empty() {
         return Err(format!("no object under {}", urls.join(", ")).into());
     }
-    let n = args.sample_files.min(listed.len()).max(1);
-    if n < listed.len() {
+    let listed_count = listed.len();
+    let picked = spread(listed, args.sample_files);
+    let n = picked.len();
+    if n < listed_count {
         remote.notes.push(format!(
-            "{n} of {} listed objects sampled, spread over the listing",
-            listed.len()
+            "{n} of {listed_count} listed objects sampled, spread over the listing"
         ));
     }
-    let picked: Vec<_> = (0..n)
-        .map(|i| listed[i * listed.len() / n].clone())
-        .collect();
     let share = (args.sample_bytes / n as u64).max(64 << 10);
     let mut spent = 0u64;
     for (i, (bucket, object)) in picked.iter().enumerate() {
         let name = object.key.rsplit('/').next().unwrap_or("object");
         let local = remote.dir.join(format!("{i:05}-{name}"));
         let plain_text = matches!(Format::of(name), Some(Format::Csv | Format::Jsonl))
-            && decompressed(std::io::empty(), name).1 == name.to_ascii_lowercase();
+            && Compression::from_key(name).0 == Compression::None;
         let bytes = if plain_text && object.size > share {
             match store
                 .get_range(
@@ -1019,7 +1032,7 @@ pub async fn infer_command(
         .map(|p| p.display().to_string())
         .filter(|p| p.starts_with("s3://"))
         .collect();
-    let mut report = if urls.is_empty() {
+    let report = if urls.is_empty() {
         let mut report = infer(&args)?;
         let files: Vec<PathBuf> = report
             .files
@@ -1054,47 +1067,26 @@ pub async fn infer_command(
         };
         let mut report = infer(&local)?;
         compare_with(&mut report, &local.paths)?;
+        for file in &mut report.files {
+            remote.urls_in(&mut file.path);
+        }
+        for note in &mut report.notes {
+            remote.urls_in(note);
+        }
+        if let Some(e) = &mut report.error {
+            remote.urls_in(e);
+        }
         if let Some(compared) = &mut report.compared {
             for outcome in &mut compared.under_current {
-                if let Some((_, url)) = remote
-                    .names
-                    .iter()
-                    .find(|(p, _)| p.display().to_string() == outcome.path)
-                {
-                    outcome.path = url.clone();
+                remote.urls_in(&mut outcome.path);
+                if let Some(why) = &mut outcome.why {
+                    remote.urls_in(why);
                 }
-                let shown = outcome.why.take();
-                outcome.why = shown.map(|why| {
-                    remote
-                        .names
-                        .iter()
-                        .fold(why, |w, (p, url)| w.replace(&p.display().to_string(), url))
-                });
-            }
-        }
-        report.files_found = report.files_found.max(remote.names.len());
-        for file in &mut report.files {
-            if let Some((_, url)) = remote
-                .names
-                .iter()
-                .find(|(p, _)| p.display().to_string() == file.path)
-            {
-                file.path = url.clone();
-            }
-        }
-        for (path, url) in &remote.names {
-            let shown = path.display().to_string();
-            for note in &mut report.notes {
-                *note = note.replace(&shown, url);
-            }
-            if let Some(e) = &mut report.error {
-                *e = e.replace(&shown, url);
             }
         }
         report.notes.splice(0..0, remote.notes.clone());
         report
     };
-    report.notes.retain(|n| !n.is_empty());
     if json {
         print_json(out, &report)?;
     } else {

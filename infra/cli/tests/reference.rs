@@ -243,22 +243,14 @@ struct Pending {
 }
 
 fn anchor(path: &str) -> String {
-    let slug: String = path
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+    let parts: Vec<&str> = path
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|p| !p.is_empty())
         .collect();
-    let slug = slug.trim_matches('-').to_string();
-    let mut out = String::new();
-    for part in slug.split('-').filter(|p| !p.is_empty()) {
-        if !out.is_empty() {
-            out.push('-');
-        }
-        out.push_str(part);
-    }
-    if out.is_empty() {
+    if parts.is_empty() {
         "document".to_string()
     } else {
-        out
+        parts.join("-")
     }
 }
 

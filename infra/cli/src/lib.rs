@@ -286,6 +286,14 @@ pub async fn execute(cli: Cli, out: Out<'_>) -> Result<ExitCode, Error> {
     }
     // Sample files, no sources document, no backend.
     if let Command::Infer(args) = cli.command {
+        if args.rescued.is_some() {
+            let config = Arc::new(match &cli.config {
+                Some(path) => Config::from_file(path)?,
+                None => Config::from_env()?,
+            });
+            let backend = Backend::open(cli.backend, &cli.root, config).await?;
+            return dispatch(Command::Infer(args), &backend, cli.json, out).await;
+        }
         return commands::infer::infer_command(
             args,
             cli.backend,
@@ -356,8 +364,22 @@ pub async fn dispatch(
         }
         Command::Demo { dir } => demo::demo(dir, out).await,
         // `execute` runs it before any backend is opened: it reads sample files, not a ledger.
-        Command::Infer(_) => Err("infer reads sample files and opens no backend: \
-                                  run it through `execute`"
-            .into()),
+        Command::Infer(args) => match &args.rescued {
+            Some(id) => {
+                rescued::rescued_command(
+                    backend,
+                    id,
+                    args.sample_files,
+                    args.sample_bytes,
+                    json,
+                    out,
+                )
+                .await
+            }
+            // `execute` runs it before any backend is opened: it reads sample files.
+            None => Err("infer PATH… reads sample files and opens no backend: \
+                         run it through `execute`"
+                .into()),
+        },
     }
 }

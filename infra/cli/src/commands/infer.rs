@@ -45,8 +45,20 @@ pub struct InferArgs {
     /// Files or folders of sample files (folders are read recursively), or `s3://bucket/prefix`
     /// on the chosen backend (`--backend local`: the folder of that bucket under `--root`;
     /// `aws`: S3 from the AWS environment).
-    #[arg(value_name = "PATH", required = true)]
+    #[arg(
+        value_name = "PATH",
+        required_unless_present = "rescued",
+        conflicts_with = "rescued"
+    )]
     pub paths: Vec<PathBuf>,
+    /// Propose columns for what a source rescued instead of sample files: read the rescued
+    /// column (`_rescued_data`) of the committed outputs of the objects whose commits counted
+    /// rescued rows, propose the additive change that gives those fields columns (new
+    /// columns, new struct fields, path columns), and check it by converting the sampled
+    /// objects' committed versions under it. Opens the backend and reads the sources document.
+    /// The next steps: deploy the change, `tidemark plan`, `backfill --stale-config`.
+    #[arg(long, value_name = "SOURCE", conflicts_with = "source")]
+    pub rescued: Option<String>,
     /// The format, when the files' extensions do not say (`.csv`, `.tsv`, `.jsonl`, `.json`,
     /// `.ndjson`, `.parquet`, `.avro`, `.orc`, each optionally `.gz` / `.zst`).
     #[arg(long, value_enum)]

@@ -14,6 +14,7 @@ pub mod outputs;
 pub mod plan;
 pub mod rename;
 pub mod repair;
+pub mod rescued;
 pub mod run;
 pub mod status;
 pub mod table;

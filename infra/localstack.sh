@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Local AWS stack for tidemark's tests: real DynamoDB Local + moto's S3 server (which also
-# serves SQS, the queue of the bulk paths).
+# serves SQS, the queue of the bulk paths, and Glue, the catalog `catalog sync` keeps).
 # No Docker, no AWS account. Everything lives under <repo>/.local/ (git-ignored).
 #
 # Usage: infra/localstack.sh <command>
@@ -154,6 +154,7 @@ write_env() {
 export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:$(service_port dynamodb)
 export AWS_ENDPOINT_URL_S3=http://127.0.0.1:$(service_port moto)
 export AWS_ENDPOINT_URL_SQS=http://127.0.0.1:$(service_port moto)
+export AWS_ENDPOINT_URL_GLUE=http://127.0.0.1:$(service_port moto)
 export AWS_ACCESS_KEY_ID=test
 export AWS_SECRET_ACCESS_KEY=test
 export AWS_REGION=us-east-1

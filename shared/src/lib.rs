@@ -27,6 +27,7 @@
 pub mod aws;
 pub mod backfill;
 pub mod bookmark;
+pub mod catalog;
 pub mod compact;
 pub mod config;
 pub mod convert;

@@ -27,6 +27,7 @@
 //! Checkpoints, log cleanup, VACUUM and compaction are not done here: the maintenance
 //! function does them (docs/pages/design/committer.md).
 
+pub mod catalog;
 pub mod delta;
 pub mod maintain;
 mod merge;

@@ -250,6 +250,10 @@ pub enum Command {
     /// document. Needs no sources document and opens no backend. Exits 1 when a sampled file
     /// does not convert under any proposal (the answer names it).
     Infer(commands::infer::InferArgs),
+    /// Each source's table in the Glue Data Catalog: `sync` creates and updates them from the
+    /// sources document (additive changes only; a breaking one is refused with the
+    /// difference), `ddl` prints the Athena DDL of the same tables. Opens no ledger.
+    Catalog(commands::catalog::CatalogArgs),
     /// The zero-setup tour on the embedded backends: generate data, run, overwrite, delete,
     /// and check rows and sums of source, lake and ledger.
     Demo {
@@ -312,6 +316,10 @@ pub async fn execute(cli: Cli, out: Out<'_>) -> Result<ExitCode, Error> {
     if let Command::Convert(args) = cli.command {
         return commands::convert::convert_command(config, args, cli.json, out).await;
     }
+    // The Glue catalog against the sources document: no ledger to open.
+    if let Command::Catalog(args) = cli.command {
+        return commands::catalog::catalog_command(&config, args, cli.json, out).await;
+    }
     if let Command::Init = cli.command {
         return commands::init::init_command(cli.backend, &cli.root, config, cli.json, out).await;
     }
@@ -363,6 +371,9 @@ pub async fn dispatch(
             convert::convert_command(backend.pipeline.config.clone(), args, json, out).await
         }
         Command::Demo { dir } => demo::demo(dir, out).await,
+        Command::Catalog(args) => {
+            catalog::catalog_command(&backend.pipeline.config, args, json, out).await
+        }
         // `execute` runs it before any backend is opened: it reads sample files, not a ledger.
         Command::Infer(args) => match &args.rescued {
             Some(id) => {

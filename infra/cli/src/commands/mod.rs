@@ -4,6 +4,7 @@
 
 pub mod audit;
 pub mod backfill;
+pub mod catalog;
 pub mod convert;
 pub mod explain;
 pub mod infer;

@@ -412,3 +412,146 @@ fn catalog_input(
     }
     input
 }
+
+/// The deploy's catalog step: CloudFormation's custom resource request answered through a
+/// pre-signed S3 PUT URL (as CloudFormation gives one), on create, update (refused when
+/// breaking, so the deploy rolls back) and delete (tables left to the stack's database).
+#[tokio::test]
+async fn the_deploys_catalog_step_answers_cloudformation() {
+    use aws_lambda_events::event::cloudformation::CloudFormationCustomResourceRequest;
+    let client = glue().await;
+    let stack = tidemark_tests::Stack::new().await;
+    let db = format!(
+        "tidemark_{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    client
+        .create_database()
+        .database_input(
+            aws_sdk_glue::types::DatabaseInput::builder()
+                .name(&db)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let catalog = Catalog::new(client.clone(), &db);
+    let presigned = |key: &str| {
+        let s3 = stack.s3.clone();
+        let bucket = stack.lake.clone();
+        let key = key.to_string();
+        async move {
+            s3.put_object()
+                .bucket(bucket)
+                .key(key)
+                .presigned(
+                    aws_sdk_s3::presigning::PresigningConfig::expires_in(
+                        std::time::Duration::from_secs(300),
+                    )
+                    .unwrap(),
+                )
+                .await
+                .unwrap()
+                .uri()
+                .to_string()
+        }
+    };
+    let answered = |key: &str| {
+        let s3 = stack.s3.clone();
+        let bucket = stack.lake.clone();
+        let key = key.to_string();
+        async move {
+            let body = s3
+                .get_object()
+                .bucket(bucket)
+                .key(key)
+                .send()
+                .await
+                .expect("the answer was PUT")
+                .body
+                .collect()
+                .await
+                .unwrap()
+                .into_bytes();
+            serde_json::from_slice::<Value>(&body).unwrap()
+        }
+    };
+    let request = |kind: &str, url: &str| -> CloudFormationCustomResourceRequest {
+        let mut r = json!({
+            "RequestType": kind, "ResponseURL": url,
+            "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/demo/1",
+            "RequestId": format!("req-{kind}"), "ResourceType": "Custom::TidemarkCatalog",
+            "LogicalResourceId": "CatalogSync",
+            "ResourceProperties": {"ServiceToken": "arn:aws:lambda:us-east-1:123456789012:function:m", "Database": db}
+        });
+        if kind != "Create" {
+            r["PhysicalResourceId"] = json!(format!("tidemark-catalog-{db}"));
+            r["OldResourceProperties"] = json!({});
+        }
+        serde_json::from_value(r).unwrap()
+    };
+
+    // Create: the tables, SUCCESS.
+    let url = presigned("cfn/create").await;
+    let response = publish::catalog::custom_resource(
+        &catalog,
+        &config(&doc(trail_schema())),
+        &request("Create", &url),
+    )
+    .await;
+    publish::catalog::respond(&url, &response)
+        .await
+        .expect("answered");
+    let a = answered("cfn/create").await;
+    assert_eq!(a["Status"], "SUCCESS", "{a}");
+    assert_eq!(a["RequestId"], "req-Create");
+    assert_eq!(a["LogicalResourceId"], "CatalogSync");
+    assert_eq!(a["PhysicalResourceId"], format!("tidemark-catalog-{db}"));
+    assert_eq!(
+        a["Data"]["Tables"],
+        format!("{db}.orders created, {db}.cloud_trail created, {db}.users created")
+    );
+
+    // Update with a breaking change: FAILED, the difference as the reason, nothing changed.
+    let mut schema = trail_schema();
+    schema[0]["type"] = "string".into();
+    let url = presigned("cfn/update").await;
+    let response = publish::catalog::custom_resource(
+        &catalog,
+        &config(&doc(schema)),
+        &request("Update", &url),
+    )
+    .await;
+    publish::catalog::respond(&url, &response)
+        .await
+        .expect("answered");
+    let a = answered("cfn/update").await;
+    assert_eq!(a["Status"], "FAILED", "{a}");
+    assert!(
+        a["Reason"]
+            .as_str()
+            .unwrap()
+            .contains("column eventtime: timestamp in the catalog, string in the document"),
+        "{a}"
+    );
+    let t = get(&client, &db, "cloud_trail").await;
+    assert_eq!(
+        columns(t.storage_descriptor().unwrap().columns())[0].1,
+        "timestamp"
+    );
+
+    // Delete: SUCCESS, the tables stay (they go with the database).
+    let url = presigned("cfn/delete").await;
+    let response = publish::catalog::custom_resource(
+        &catalog,
+        &config(&doc(trail_schema())),
+        &request("Delete", &url),
+    )
+    .await;
+    publish::catalog::respond(&url, &response)
+        .await
+        .expect("answered");
+    assert_eq!(answered("cfn/delete").await["Status"], "SUCCESS");
+    get(&client, &db, "orders").await;
+}

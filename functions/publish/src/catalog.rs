@@ -323,3 +323,116 @@ pub fn refused(synced: &[Synced]) -> Option<String> {
         .collect();
     (!refused.is_empty()).then(|| refused.join("\n"))
 }
+
+/// CloudFormation's catalog step: the deploy's custom resource (`Custom::TidemarkCatalog`,
+/// served by the maintenance function) asks for a sync on every create and on every update of
+/// its properties (the sources document, the bucket names, the database). A refused change or a
+/// failed call answers FAILED with the reason, so the deploy stops and rolls back before the
+/// functions run under a document the catalog cannot follow. A delete changes nothing: the
+/// tables go with the stack's Glue database.
+pub async fn custom_resource(
+    catalog: &Catalog,
+    config: &Config,
+    request: &aws_lambda_events::event::cloudformation::CloudFormationCustomResourceRequest,
+) -> aws_lambda_events::event::cloudformation::CloudFormationCustomResourceResponse {
+    use aws_lambda_events::event::cloudformation::{
+        CloudFormationCustomResourceRequest as Request, CloudFormationCustomResourceResponse,
+        CloudFormationCustomResourceResponseStatus as Status,
+    };
+    let (stack_id, request_id, logical_id, physical_id) = match request {
+        Request::Create(r) => (&r.stack_id, &r.request_id, &r.logical_resource_id, None),
+        Request::Update(r) => (
+            &r.stack_id,
+            &r.request_id,
+            &r.logical_resource_id,
+            Some(&r.physical_resource_id),
+        ),
+        Request::Delete(r) => (
+            &r.stack_id,
+            &r.request_id,
+            &r.logical_resource_id,
+            Some(&r.physical_resource_id),
+        ),
+        _ => {
+            let mut response = CloudFormationCustomResourceResponse::default();
+            response.status = Status::Failed;
+            response.reason = Some("unknown request type".into());
+            return response;
+        }
+    };
+    let mut response = CloudFormationCustomResourceResponse::default();
+    response.stack_id = stack_id.clone();
+    response.request_id = request_id.clone();
+    response.logical_resource_id = logical_id.clone();
+    response.physical_resource_id = physical_id
+        .cloned()
+        .unwrap_or_else(|| format!("tidemark-catalog-{}", catalog.database));
+    if matches!(request, Request::Delete(_)) {
+        response.status = Status::Success;
+        return response;
+    }
+    match catalog.sync(config, &SyncOptions::default()).await {
+        Ok(synced) => {
+            for s in &synced {
+                tracing::info!(table = %s.table, action = %s.action, differences = ?s.differences, "catalog");
+            }
+            match refused(&synced) {
+                Some(reason) => {
+                    response.status = Status::Failed;
+                    response.reason = Some(cut(&reason));
+                }
+                None => {
+                    response.status = Status::Success;
+                    response.data.insert(
+                        "Tables".into(),
+                        synced
+                            .iter()
+                            .map(|s| format!("{} {}", s.table, s.action))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    );
+                }
+            }
+        }
+        Err(e) => {
+            response.status = Status::Failed;
+            response.reason = Some(cut(&e.to_string()));
+        }
+    }
+    response
+}
+
+/// CloudFormation shows at most 4 KiB of a reason.
+fn cut(text: &str) -> String {
+    if text.len() <= 3_900 {
+        return text.to_string();
+    }
+    let mut end = 3_900;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// Send a custom resource's answer to CloudFormation's pre-signed `ResponseURL` (an HTTPS PUT
+/// with no content type, as the URL was signed).
+pub async fn respond(
+    url: &str,
+    response: &aws_lambda_events::event::cloudformation::CloudFormationCustomResourceResponse,
+) -> Result<(), CatalogError> {
+    let body = serde_json::to_vec(response).map_err(|e| CatalogError(e.to_string()))?;
+    let answer = reqwest::Client::new()
+        .put(url)
+        .header(reqwest::header::CONTENT_TYPE, "")
+        .body(body)
+        .send()
+        .await
+        .map_err(|e| CatalogError(format!("answering CloudFormation: {e}")))?;
+    if !answer.status().is_success() {
+        return Err(CatalogError(format!(
+            "answering CloudFormation: HTTP {}",
+            answer.status()
+        )));
+    }
+    Ok(())
+}

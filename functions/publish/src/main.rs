@@ -46,6 +46,10 @@ async fn main() -> Result<(), Error> {
 }
 
 async fn handle(publisher: &Publisher, maintenance: bool, payload: Value) -> Result<Value, Error> {
+    // The deploy's catalog step (CloudFormation's custom resource, on the maintenance function).
+    if payload.get("ResponseURL").is_some() && payload.get("RequestType").is_some() {
+        return catalog_step(publisher, payload).await;
+    }
     if payload.get("Records").is_some() {
         let event: aws_lambda_events::event::dynamodb::Event = serde_json::from_value(payload)?;
         let (published, response) = publish::stream::handle(publisher, &event).await;
@@ -87,6 +91,56 @@ async fn handle(publisher: &Publisher, maintenance: bool, payload: Value) -> Res
         return Err(format!("sweep failed for {}", failed.join("; ")).into());
     }
     Ok(json!({ "published": done }))
+}
+
+/// Answer CloudFormation's catalog step: sync the Glue tables with the sources document and
+/// PUT the outcome to its ResponseURL. Never fails before answering: an unanswered request
+/// holds the deploy for an hour.
+async fn catalog_step(publisher: &Publisher, payload: Value) -> Result<Value, Error> {
+    use aws_lambda_events::event::cloudformation::CloudFormationCustomResourceRequest;
+    let url = payload
+        .get("ResponseURL")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let field = |name: &str| {
+        payload
+            .get(name)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let ids = (
+        field("StackId"),
+        field("RequestId"),
+        field("LogicalResourceId"),
+        field("PhysicalResourceId"),
+    );
+    let response = match serde_json::from_value::<CloudFormationCustomResourceRequest>(payload) {
+        Ok(request) => {
+            let database = std::env::var(publish::catalog::ENV_DATABASE).unwrap_or_default();
+            let catalog = publish::catalog::Catalog::from_env(database).await;
+            publish::catalog::custom_resource(&catalog, &publisher.config, &request).await
+        }
+        Err(e) => {
+            let mut r =
+                aws_lambda_events::event::cloudformation::CloudFormationCustomResourceResponse::default();
+            r.status = aws_lambda_events::event::cloudformation::CloudFormationCustomResourceResponseStatus::Failed;
+            r.reason = Some(format!("not a custom resource request: {e}"));
+            (
+                r.stack_id,
+                r.request_id,
+                r.logical_resource_id,
+                r.physical_resource_id,
+            ) = ids;
+            if r.physical_resource_id.is_empty() {
+                r.physical_resource_id = "tidemark-catalog".into();
+            }
+            r
+        }
+    };
+    publish::catalog::respond(&url, &response).await?;
+    Ok(serde_json::to_value(&response)?)
 }
 
 fn duration(v: &Value, field: &str, default: &str) -> Result<Option<Duration>, Error> {

@@ -140,6 +140,10 @@ SDK_CALLS = {
         ("s3", "PutObject", "compacted"),  # write_compacted -> put_table_file: the merged file
         # maintain: the files VACUUM's dry run lists and the ledger does not name
         ("s3", "DeleteObject", "lake_parquet"),
+        # catalog_step -> Catalog::sync (functions/publish/src/catalog.rs): each source's table
+        ("glue", "GetTable", "glue_table"),
+        ("glue", "CreateTable", "glue_table"),
+        ("glue", "UpdateTable", "glue_table"),
     },
 }
 
@@ -214,10 +218,14 @@ PUBLISH_MAIN = "functions/publish/src/main.rs"
 ENTRY_POINTS = {
     # Stream batches and sweeps; handle refuses {"maintain"} unless TIDEMARK_MAINTENANCE=1,
     # which the publish function does not set.
-    "PublishFunction": {"roots": [(PUBLISH_MAIN, "main")], "cut": {(PUBLISH_MAIN, "handle"): {"maintain"}}},
-    # {"maintain": {...}}, the only payload its schedule sends (no stream, no sweep): the cold
-    # start of main (not the handler's other branches) and main.rs maintain.
-    "MaintainFunction": {"roots": [(PUBLISH_MAIN, "main"), (PUBLISH_MAIN, "maintain")],
+    # handle refuses the catalog step (CloudFormation's custom resource) the same way.
+    "PublishFunction": {"roots": [(PUBLISH_MAIN, "main")],
+                        "cut": {(PUBLISH_MAIN, "handle"): {"maintain", "catalog_step"}}},
+    # {"maintain": {...}}, the only payload its schedule sends (no stream, no sweep), and the
+    # deploy's catalog step (CatalogSync's requests): the cold start of main (not the
+    # handler's other branches), main.rs maintain and catalog_step.
+    "MaintainFunction": {"roots": [(PUBLISH_MAIN, "main"), (PUBLISH_MAIN, "maintain"),
+                                   (PUBLISH_MAIN, "catalog_step")],
                          "cut": {(PUBLISH_MAIN, "main"): {"handle"}}},
 }
 # Files of shared/src that call the ports but are on no function's path, and why.
@@ -301,6 +309,9 @@ DYNAMODB_CLI_ONLY = {"CreateTable", "DescribeTable"}
 
 # SDK operation -> IAM actions.
 IAM_ACTION = {
+    ("glue", "GetTable"): ("glue:GetTable",),
+    ("glue", "CreateTable"): ("glue:CreateTable",),
+    ("glue", "UpdateTable"): ("glue:UpdateTable",),
     ("s3", "GetObject"): ("s3:GetObject",),
     ("s3", "HeadObject"): ("s3:GetObject",),
     ("s3", "PutObject"): ("s3:PutObject",),
@@ -447,8 +458,8 @@ ENV = {
     "BackfillFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_BACKFILL_QUEUE_URL", "RUST_LOG",
                          "AWS_LAMBDA_LOG_FORMAT"},
     "PublishFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT"},
-    "MaintainFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_MAINTENANCE", "RUST_LOG",
-                         "AWS_LAMBDA_LOG_FORMAT"},
+    "MaintainFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_MAINTENANCE", "TIDEMARK_GLUE_DATABASE",
+                         "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT"},
 }
 # Read by libraries rather than by `env::var` in our code.
 LIBRARY_ENV = {
@@ -464,6 +475,8 @@ UNSET_ENV = {
     "AWS_ENDPOINT_URL_S3": "S3 emulators only (path-style addressing; publish passes it to delta-rs's S3 store)",
     "TIDEMARK_MAINTENANCE": "\"1\" on the maintenance function only; unset, the publish function refuses "
     "{\"maintain\"} (ENV says which function sets it)",
+    "TIDEMARK_GLUE_DATABASE": "the catalog step's database, on the maintenance function only (the publish "
+    "function refuses the catalog step)",
 }
 
 
@@ -663,6 +676,11 @@ def reachable_code(fn: str) -> str:
     return "\n".join(b for node in sorted(seen) for b in nodes[node])
 
 
+# The Glue operations (publish::catalog, its client `self.client`): every other `client.x()`
+# of a function's own code is its Lambda client's.
+GLUE_OPERATIONS = {"get_table", "create_table", "update_table", "get_database", "create_database"}
+
+
 def code_calls(fn: str) -> set[tuple[str, str]]:
     """(service, operation) the function's code path makes, read from the source."""
     text = reachable_code(fn) if fn in ENTRY_POINTS else rust_text(*FUNCTION_CODE[fn])
@@ -678,7 +696,7 @@ def code_calls(fn: str) -> set[tuple[str, str]]:
         calls |= {(service, op) for op in table[method]}
     own = reachable_code(fn) if fn in ENTRY_POINTS else rust_text(FUNCTION_CODE[fn][0])
     for op in re.findall(r"\bclient\.(\w+)\(\)", own):
-        calls.add(("lambda", pascal(op)))
+        calls.add(("glue" if op in GLUE_OPERATIONS else "lambda", pascal(op)))
     assert not unknown, f"{fn}: calls the test does not know: {unknown} (add them to STORE_METHODS / LEDGER_METHODS / QUEUE_METHODS)"
     return calls
 
@@ -761,6 +779,13 @@ def resource_arn(kind: str, fn: str) -> str:
     raise AssertionError(kind)
 
 
+GLUE_TABLE_ARNS = (
+    "arn:aws:glue:REGION:ACCOUNT:catalog",
+    "arn:aws:glue:REGION:ACCOUNT:database/<GlueDatabase>",
+    "arn:aws:glue:REGION:ACCOUNT:table/<GlueDatabase>/*",
+)
+
+
 def compacted_file_prefix() -> str:
     """tidemark::compact::FILE_PREFIX: where a compacted file's name starts."""
     m = re.search(r'pub const FILE_PREFIX: &str = "([^"*/]+)";', rust_text("shared/src/compact.rs"))
@@ -776,6 +801,10 @@ def bucket_of(object_arn: str) -> str:
 def expected_grants(fn: str) -> set[tuple[str, str]]:
     grants = set()
     for svc, op, kind in SDK_CALLS[fn] | set(LIBRARY_CALLS.get(fn, {})):
+        if kind == "glue_table":
+            # Glue authorizes a table call on the catalog, the database and the table.
+            grants |= {(a, r) for a in IAM_ACTION[(svc, op)] for r in GLUE_TABLE_ARNS}
+            continue
         arn = resource_arn(kind, fn)
         needs = {(a, bucket_of(arn) if a == "s3:ListBucket" else arn) for a in IAM_ACTION[(svc, op)]}
         if svc == "s3" and op in ANSWERS_404:
@@ -1783,116 +1812,75 @@ def test_default_sources_document_parses_with_the_fields_config_rs_accepts():
     check("the default sources document parses with the fields config.rs accepts", failures)
 
 
-def glue_type(column_type: str) -> str:
-    return {"int32": "int", "int64": "bigint", "float32": "float", "float64": "double", "bool": "boolean"}.get(
-        column_type, column_type)
-
-
-def is_delta_table(t: dict) -> bool:
-    """A Glue table registered as a Delta Lake table (Athena: table_type DELTA)."""
-    params = t["Properties"]["TableInput"].get("Parameters") or {}
-    return str(params.get("table_type", "")).upper() == "DELTA"
-
-
-def test_glue_tables_match_the_output_layout():
-    """The Parquet tables over the sample sources' outputs (the Delta table: the next test)."""
+def test_the_catalog_step_writes_every_table_at_each_deploy():
+    """No Glue table is written by hand in the template: the catalog step (a custom resource
+    served by the maintenance function, publish::catalog::custom_resource) writes one per
+    source from the sources document. Its properties are what the document is made of (so a
+    change of it runs the step again), it names the stack's database, and every function
+    that reads the document is updated after it (a refused change rolls the deploy back
+    before they run under it)."""
     failures = []
-    doc = json.loads(default_sources_document())
-    by_id = {s["source_id"]: s for s in doc["sources"]}
-    tables = {n: t for n, t in resources("AWS::Glue::Table").items() if not is_delta_table(t)}
-    if not tables:
-        failures.append("no Glue table over the lake")
-    if not resources("AWS::Glue::Database"):
-        failures.append("no Glue database")
+    if resources("AWS::Glue::Table"):
+        failures.append(f"Glue tables written by hand: {sorted(resources('AWS::Glue::Table'))}")
     if resources("AWS::Glue::Crawler"):
-        failures.append("a crawler: partition projection should make it unnecessary")
-    for name, t in tables.items():
-        ti = t["Properties"]["TableInput"]
-        source = by_id.get(ti["Name"])
-        if source is None:
-            failures.append(f"{name}: no sample source {ti['Name']!r}")
-            continue
-        if t.get("Condition") != "UseSampleSources":
-            failures.append(f"{name}: describes a sample source, so it must have Condition UseSampleSources")
-        out = source["output"]
-        location = f"s3://<lake>/{out['prefix']}"
-        sd = ti["StorageDescriptor"]
-        if render(sd["Location"]) != location:
-            failures.append(f"{name}: Location {render(sd['Location'])} != {location}")
-        if out.get("partitioning") != "key_date":
-            failures.append(f"{name}: source {source['source_id']} is not partitioned by key_date")
-        params = {k: render(v) for k, v in ti.get("Parameters", {}).items()}
+        failures.append("a crawler: the catalog step and partition projection make it unnecessary")
+    if len(resources("AWS::Glue::Database")) != 1:
+        failures.append("not exactly one Glue database")
+    steps = resources("Custom::TidemarkCatalog")
+    if list(steps) != ["CatalogSync"]:
+        failures.append(f"catalog steps: {sorted(steps)}, not [CatalogSync]")
+    else:
+        props = steps["CatalogSync"]["Properties"]
         want = {
-            "projection.enabled": "true",
-            "projection.dt.type": "date",
-            "projection.dt.format": "yyyy-MM-dd",
-            "projection.dt.range": "2020-01-01,NOW",
-            "storage.location.template": f"{location}dt=${{dt}}/",
+            "ServiceToken": "<MaintainFunction>",  # GetAtt .Arn renders as the resource
+            "Database": "<GlueDatabase>",
+            "Sources": "<SourcesConfig>",
+            "Landing": "<landing>",
+            "Lake": "<lake>",
         }
         for k, v in want.items():
-            if params.get(k) != v:
-                failures.append(f"{name}: {k} = {params.get(k)!r}, expected {v!r}")
-        if [p["Name"] for p in ti.get("PartitionKeys", [])] != ["dt"]:
-            failures.append(f"{name}: partition keys are not [dt]")
-        if "parquet" not in sd.get("SerdeInfo", {}).get("SerializationLibrary", "").lower():
-            failures.append(f"{name}: not the Parquet SerDe")
-        cols = [(c["Name"], c["Type"]) for c in sd.get("Columns", [])]
-        want_cols = [(c["name"], glue_type(c["type"])) for c in source["schema"]]
-        if cols != want_cols:
-            failures.append(f"{name}: columns {cols} != the source schema {want_cols}")
-        reports = doc.get("reports", {}).get("prefix", "")
-        if reports and f"s3://<lake>/{reports}".startswith(location):
-            failures.append(f"{name}: its location covers the reports prefix")
-    check("Glue tables: Parquet, partition projection on dt, the output layout of key_date", failures)
-
-
-def test_delta_glue_table_is_registered_as_athena_documents():
-    """A source's Delta Lake table, registered only when DeltaTableName is set, the way Athena
-    documents for Delta Lake: an external table with the location and table_type DELTA only
-    (schema, partitions and files come from the Delta log), at s3://<lake>/<DeltaTablePrefix>,
-    the root the publish function commits to (delta.rs TableStore::url: output bucket and
-    prefix), in the lake, where the publish role may write the log and nowhere else."""
-    failures = []
-    params = template()["Parameters"]
-    for p in ("DeltaTableName", "DeltaTablePrefix"):
-        if params.get(p, {}).get("Default") != "":
-            failures.append(f"{p} must exist with default \"\" (no Delta table unless asked)")
-    cond = template()["Conditions"].get("RegisterDeltaTable")
-    if cond != {"Fn::Not": [{"Fn::Equals": [{"Ref": "DeltaTableName"}, ""]}]}:
-        failures.append(f"Condition RegisterDeltaTable is {cond}, not DeltaTableName != ''")
-    # The rule refuses a name without a prefix, or with the sample sources (which have no table).
-    rule = (template().get("Rules") or {}).get("DeltaTableNeedsASource", {})
-    if rule.get("RuleCondition") != cond:
-        failures.append("rule DeltaTableNeedsASource does not apply exactly when DeltaTableName is set")
-    asserted = [a["Assert"] for a in rule.get("Assertions", [])]
-    for p in ("DeltaTablePrefix", "SourcesConfig"):
-        if {"Fn::Not": [{"Fn::Equals": [{"Ref": p}, ""]}]} not in asserted:
-            failures.append(f"rule DeltaTableNeedsASource does not require {p}")
-    if "format!(\"s3://{}/{prefix}/\", out.bucket)" not in rust_text("functions/publish/src/delta.rs"):
-        failures.append("delta.rs no longer roots a table at s3://<output bucket>/<output prefix>: update the test")
-    if not re.search(r"enum TableFormat \{[^}]*\bDelta,", rust_text("shared/src/config.rs")):
-        failures.append("config.rs TableFormat has no Delta variant: update the test")
-    delta = {n: t for n, t in resources("AWS::Glue::Table").items() if is_delta_table(t)}
-    if not delta:
-        failures.append("no Delta Lake table (GlueDeltaTable) for a source with output.table")
-    for name, t in delta.items():
-        ti = t["Properties"]["TableInput"]
-        if t.get("Condition") != "RegisterDeltaTable":
-            failures.append(f"{name}: Condition {t.get('Condition')}, not RegisterDeltaTable")
-        if render(ti["Name"]) != "<DeltaTableName>":
-            failures.append(f"{name}: Name {render(ti['Name'])}, not the DeltaTableName parameter")
-        if ti.get("TableType") != "EXTERNAL_TABLE":
-            failures.append(f"{name}: TableType {ti.get('TableType')}, not EXTERNAL_TABLE")
-        if ti.get("Parameters") != {"table_type": "DELTA"}:
-            failures.append(f"{name}: Parameters {ti.get('Parameters')}: Athena takes only table_type DELTA")
-        sd = ti.get("StorageDescriptor") or {}
-        if set(sd) != {"Location"} or ti.get("PartitionKeys"):
-            failures.append(f"{name}: declares {sorted(set(sd) - {'Location'})} {ti.get('PartitionKeys') or ''}: "
-                            "the schema and partitions are the Delta log's")
-        if render(sd.get("Location", "")) != "s3://<lake>/<DeltaTablePrefix>":
-            failures.append(f"{name}: Location {render(sd.get('Location', ''))}, not s3://<lake>/<DeltaTablePrefix>")
-    check("the Delta Lake table is registered as Athena documents, at the root the publish function commits to",
+            if render(props.get(k, "")) != v:
+                failures.append(f"CatalogSync.{k} is {render(props.get(k, ''))!r}, not {v!r}")
+        if not 60 <= int(props.get("ServiceTimeout", 3600)) <= 3600:
+            failures.append("CatalogSync.ServiceTimeout out of 60..3600")
+    # The default document is made only of the sample text and the bucket names.
+    doc = render(globals_env()["TIDEMARK_CONFIG"])
+    if "<landing>" not in doc or "<lake>" not in doc or "<SourcesConfig>" not in doc:
+        failures.append("TIDEMARK_CONFIG is made of more than SourcesConfig and the bucket names: "
+                        "CatalogSync's properties would miss a change")
+    for fn in FUNCTIONS:
+        if fn == "MaintainFunction":
+            continue
+        if resources()[fn].get("DependsOn") not in ("CatalogSync", ["CatalogSync"]):
+            failures.append(f"{fn} is not updated after CatalogSync (DependsOn)")
+    if function_env("MaintainFunction").get("TIDEMARK_GLUE_DATABASE") != {"Ref": "GlueDatabase"}:
+        failures.append("MaintainFunction's TIDEMARK_GLUE_DATABASE is not the stack's database")
+    catalog = rust_text("functions/publish/src/catalog.rs")
+    if 'pub const ENV_DATABASE: &str = "TIDEMARK_GLUE_DATABASE";' not in catalog:
+        failures.append("catalog.rs no longer reads the database from TIDEMARK_GLUE_DATABASE: update the test")
+    main = rust_text(PUBLISH_MAIN)
+    if not re.search(r'get\("ResponseURL"\).*get\("RequestType"\)', main):
+        failures.append("main.rs no longer recognises CloudFormation's request: update the test")
+    check("the catalog step writes the tables from the sources document at each deploy, before the functions",
           failures)
+
+
+def test_glue_grants_are_the_catalog_steps_and_no_more():
+    """Only the maintenance role may touch Glue: the three table calls the catalog step makes,
+    on the catalog, the stack's database and its tables (no delete, no other database, no
+    partition calls: partition projection needs none)."""
+    failures = []
+    for name, role in resources("AWS::IAM::Role").items():
+        granted, _ = role_grants(role)
+        glue = {(a, r) for a, r in granted if a.startswith("glue:")}
+        if name == role_of("MaintainFunction"):
+            want = {(a, r) for a in ("glue:GetTable", "glue:CreateTable", "glue:UpdateTable")
+                    for r in GLUE_TABLE_ARNS}
+            if glue != want:
+                failures.append(f"{name}: Glue grants {fmt(glue)}; expected {fmt(want)}")
+        elif glue:
+            failures.append(f"{name}: Glue grants {fmt(glue)}; only the maintenance role may write the catalog")
+    check("Glue: the catalog step's three table calls on the stack's database, nothing else", failures)
 
 
 def test_log_level_keeps_the_metric_lines():

@@ -159,11 +159,11 @@ async fn tables_follow_the_document_and_breaking_changes_are_refused() {
     );
     let catalog = Catalog::new(client.clone(), &db);
     let first = doc(trail_schema());
-    let create = SyncOptions {
-        create_database: true,
-        ..Default::default()
-    };
-    let synced = catalog.sync(&config(&first), &create).await.expect("sync");
+    catalog.ensure_database().await.expect("database");
+    let synced = catalog
+        .sync(&config(&first), &SyncOptions::default())
+        .await
+        .expect("sync");
     let actions: Vec<(&str, &str)> = synced
         .iter()
         .map(|s| (s.table.as_str(), s.action.as_str()))

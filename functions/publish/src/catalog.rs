@@ -5,8 +5,8 @@
 //! unless replacing is allowed.
 //!
 //! Calls per sync: one `GetTable` per source, plus one `CreateTable` or `UpdateTable` per
-//! table that changes (`GetDatabase` / `CreateDatabase` once when asked to create the
-//! database). The deploy's catalog step (CloudFormation's custom resource, served by the
+//! table that changes (the CLI also calls `GetDatabase`, and `CreateDatabase` when the
+//! database is missing). The deploy's catalog step (CloudFormation's custom resource, served by the
 //! maintenance function) and `tidemark catalog sync` make the same calls.
 
 use std::collections::BTreeMap;
@@ -61,8 +61,6 @@ pub struct SyncOptions {
     pub allow_breaking: bool,
     /// Report what would be done; change nothing.
     pub dry_run: bool,
-    /// Create the database when it does not exist (the CLI; the deployment has its own).
-    pub create_database: bool,
 }
 
 /// The catalog: a Glue client and the database of the lake's tables.
@@ -89,7 +87,7 @@ impl Catalog {
     }
 
     /// The table named `name` as the catalog has it, if it exists.
-    pub async fn table(&self, name: &str) -> Result<Option<TableDef>, CatalogError> {
+    pub async fn find_table(&self, name: &str) -> Result<Option<TableDef>, CatalogError> {
         let got = match self
             .client
             .get_table()
@@ -189,7 +187,9 @@ impl Catalog {
             .map_err(|e| CatalogError(format!("table {}: {e}", def.name)))
     }
 
-    async fn ensure_database(&self) -> Result<(), CatalogError> {
+    /// Create the database when it does not exist (the CLI's; a deployment has its own, and
+    /// its catalog step does not call this).
+    pub async fn ensure_database(&self) -> Result<(), CatalogError> {
         match self.client.get_database().name(&self.database).send().await {
             Ok(_) => Ok(()),
             Err(e)
@@ -220,9 +220,6 @@ impl Catalog {
         config: &Config,
         opts: &SyncOptions,
     ) -> Result<Vec<Synced>, CatalogError> {
-        if opts.create_database && !opts.dry_run {
-            self.ensure_database().await?;
-        }
         let mut out = Vec::new();
         for source in &config.sources {
             if !opts.sources.is_empty() && !opts.sources.iter().any(|s| s == source.id()) {
@@ -237,7 +234,7 @@ impl Catalog {
                     action.to_string()
                 }
             };
-            let current = self.table(&desired.name).await?;
+            let current = self.find_table(&desired.name).await?;
             let (action, differences) = match &current {
                 None => {
                     if !opts.dry_run {

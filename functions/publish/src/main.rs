@@ -46,8 +46,16 @@ async fn main() -> Result<(), Error> {
 }
 
 async fn handle(publisher: &Publisher, maintenance: bool, payload: Value) -> Result<Value, Error> {
-    // The deploy's catalog step (CloudFormation's custom resource, on the maintenance function).
+    // The deploy's catalog step (CloudFormation's custom resource): the maintenance function's
+    // (its role may write the catalog; the publish function's may not).
     if payload.get("ResponseURL").is_some() && payload.get("RequestType").is_some() {
+        if !maintenance {
+            return Err(format!(
+                "the catalog step runs only on the maintenance function ({ENV_MAINTENANCE}=1); \
+                 this one publishes"
+            )
+            .into());
+        }
         return catalog_step(publisher, payload).await;
     }
     if payload.get("Records").is_some() {

@@ -103,6 +103,9 @@ pub async fn catalog_command(
         } => {
             chosen(config, &sources)?;
             let catalog = Catalog::from_env(database).await;
+            if !dry_run {
+                catalog.ensure_database().await.map_err(|e| e.to_string())?;
+            }
             let synced = catalog
                 .sync(
                     config,
@@ -110,7 +113,6 @@ pub async fn catalog_command(
                         sources,
                         allow_breaking,
                         dry_run,
-                        create_database: true,
                     },
                 )
                 .await

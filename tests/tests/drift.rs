@@ -258,6 +258,16 @@ async fn drift_becomes_columns(b: Backends) {
     let trail = &p["sources"][0];
     assert_eq!(trail["up_to_date"], 1, "{name}: {p:#}");
     assert_eq!(trail["stale_config"]["count"], 4, "{name}: {p:#}");
+    // The change itself, from a stale object's output against the document.
+    assert_eq!(
+        trail["columns"],
+        json!([
+            "~ userIdentity: struct<type:string,arn:string> -> struct<type:string,arn:string,invokedBy:string>",
+            "+ additionalEventData_bytesTransferredOut int32",
+            "+ sharedEventID string"
+        ]),
+        "{name}: {p:#}"
+    );
     assert_eq!(
         trail["stale_config"]["examples"],
         json!([

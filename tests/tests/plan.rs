@@ -128,6 +128,11 @@ async fn plan_finds_what_a_document_would_change(b: Backends) {
         "{name}: {p}"
     );
     assert_eq!(orders["up_to_date"], 2, "{name}: {p}");
+    assert_eq!(
+        orders["columns"],
+        serde_json::json!(["~ quantity: int32 -> int64"]),
+        "{name}: the change, read from a stale object's output: {p}"
+    );
     assert_eq!(keys(&orders["new"]).0, 0, "{name}: {p}");
 
     // A prefix / include / exclude change: in/b/ is left behind (untracked), in2/ comes in

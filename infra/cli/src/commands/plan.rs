@@ -7,6 +7,9 @@
 //!   again as `reprocessed`;
 //! - `stale_config`: objects committed under another configuration of the source (a schema,
 //!   format or output change): what `backfill --stale-config` would rewrite;
+//!   With stale objects, `columns` says how the output columns change: the footer of one
+//!   stale object's output (one ranged GET) against the document's output columns (added,
+//!   removed, retyped), so the change is shown before it is deployed;
 //! - `untracked`: records of the source whose key it no longer matches (a narrowed prefix,
 //!   include or exclude): left in the ledger, never looked at again;
 //! - and for the document as a whole: source ids the ledger holds that it does not name
@@ -68,6 +71,10 @@ pub struct SourcePlan {
     pub reprocessed: Keys,
     /// Matched objects committed under another configuration: `backfill --stale-config`.
     pub stale_config: Keys,
+    /// How the output columns of a stale object (its output's footer) differ from the
+    /// document's: `+ name type`, `- name type`, `~ name: old -> new` (empty: the same
+    /// columns, or no stale object).
+    pub columns: Vec<String>,
     /// Its records whose key it no longer matches.
     pub untracked: Keys,
 }
@@ -170,6 +177,7 @@ pub async fn plan(backend: &Backend) -> Result<Plan, Error> {
             new: Keys::default(),
             reprocessed: Keys::default(),
             stale_config: Keys::default(),
+            columns: Vec::new(),
             untracked: Keys::default(),
         };
         let objects = &matched[source.id()];
@@ -188,6 +196,14 @@ pub async fn plan(backend: &Backend) -> Result<Plan, Error> {
                 Some(r) if done_for(r, etag) => plan.up_to_date += 1,
                 Some(_) => {} // pending, failed, claimed: on its way as today
             }
+        }
+        if let Some(first) = plan.stale_config.examples.first()
+            && let Some(output) = records[first]
+                .committed
+                .as_ref()
+                .and_then(|c| c.outputs.first())
+        {
+            plan.columns = column_changes(p, source, output).await?;
         }
         let listed: BTreeSet<&str> = objects.iter().map(|(k, _)| k.as_str()).collect();
         for (key, r) in &records {
@@ -260,6 +276,60 @@ pub async fn plan(backend: &Backend) -> Result<Plan, Error> {
     })
 }
 
+/// The output columns of `output` (a committed output of `source`, from its footer) against
+/// the ones `source` writes now.
+async fn column_changes(
+    p: &tidemark::process::Pipeline,
+    source: &tidemark::config::Source,
+    output: &tidemark::model::OutputRef,
+) -> Result<Vec<String>, Error> {
+    use tidemark::reconcile::outputs::{Read, read_footer};
+    let footer = match read_footer(&*p.store, &output.bucket, &output.key, Some(&output.etag))
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        Read::Found(footer) => footer,
+        _ => {
+            return Ok(vec![format!(
+                "(s3://{}/{} changed or gone: not compared)",
+                output.bucket, output.key
+            )]);
+        }
+    };
+    let file = footer.metadata.file_metadata();
+    let schema =
+        parquet::arrow::parquet_to_arrow_schema(file.schema_descr(), file.key_value_metadata())
+            .map_err(|e| format!("s3://{}/{}: {e}", output.bucket, output.key))?;
+    let was: Vec<(String, String)> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let ty = tidemark::schema::FieldType::from_field(f)
+                .map_or_else(|| f.data_type().to_string(), |t| t.to_string());
+            (f.name().clone(), ty)
+        })
+        .collect();
+    let now: Vec<(String, String)> = source
+        .output_columns()
+        .iter()
+        .map(|c| (c.name.clone(), c.ty.to_string()))
+        .collect();
+    let mut changes = Vec::new();
+    for (name, ty) in &now {
+        match was.iter().find(|(n, _)| n == name) {
+            None => changes.push(format!("+ {name} {ty}")),
+            Some((_, old)) if old != ty => changes.push(format!("~ {name}: {old} -> {ty}")),
+            Some(_) => {}
+        }
+    }
+    for (name, ty) in &was {
+        if !now.iter().any(|(n, _)| n == name) {
+            changes.push(format!("- {name} {ty}"));
+        }
+    }
+    Ok(changes)
+}
+
 /// `tidemark plan [--allow]`.
 pub async fn plan_command(
     backend: &Backend,
@@ -315,6 +385,16 @@ pub async fn plan_command(
                         keys.examples.join(", ")
                     )?;
                 }
+            }
+        }
+        for s in &plan.sources {
+            if !s.columns.is_empty() {
+                writeln!(
+                    out,
+                    "  {} columns (a stale object's output -> the document): {}",
+                    s.source_id,
+                    s.columns.join(", ")
+                )?;
             }
         }
         for line in &plan.attention {

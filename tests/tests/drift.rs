@@ -410,3 +410,47 @@ async fn embedded_drift_becomes_columns() {
 async fn aws_drift_becomes_columns() {
     drift_becomes_columns(Backends::aws().await).await;
 }
+
+/// A CSV source matched by header name: a new header column is rescued as text, and
+/// `infer --rescued` types it from its text as `infer` types CSV columns.
+async fn csv_columns_are_typed_from_their_text(b: Backends) {
+    let name = b.name;
+    let doc = json!({"sources": [{
+        "source_id": "orders", "bucket": b.landing, "prefix": "orders/", "format": "csv",
+        "csv": {"columns": "name"},
+        "schema": [
+            {"name": "order_id", "type": "int64", "nullable": false},
+            {"name": "amount", "type": "decimal(12,2)"}
+        ],
+        "on_unknown_field": "rescue",
+        "output": {"bucket": b.lake, "prefix": "orders/"}
+    }]});
+    let mut ev = Events::new(&b, &config(&doc));
+    ev.put("orders/1.csv", "order_id,amount\n1,2.50\n").await;
+    ev.put(
+        "orders/2.csv",
+        "order_id,amount,shipped_on,weight\n2,3.00,2026-12-01,12\n3,4.00,,7\n",
+    )
+    .await;
+    let (code, r) = cli(&b, &doc, &["infer", "--rescued", "orders"]).await;
+    assert_eq!(code, ExitCode::SUCCESS, "{name}: {r:#}");
+    assert_eq!(
+        r["added"],
+        json!([
+            {"name": "shipped_on", "type": "date", "nullable": true},
+            {"name": "weight", "type": "int32", "nullable": true}
+        ]),
+        "{name}: {r:#}"
+    );
+    assert_eq!(r["checks"][0]["rescued_after"], 0, "{name}: {r:#}");
+}
+
+#[tokio::test]
+async fn embedded_csv_columns_are_typed_from_their_text() {
+    csv_columns_are_typed_from_their_text(Backends::embedded().await).await;
+}
+
+#[tokio::test]
+async fn aws_csv_columns_are_typed_from_their_text() {
+    csv_columns_are_typed_from_their_text(Backends::aws().await).await;
+}

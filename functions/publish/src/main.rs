@@ -12,7 +12,11 @@
 //!   reserved concurrency of one: maintenance is single-writer): compact closed partitions,
 //!   then checkpoint, clean the log and VACUUM. Fields, all optional: `source`, `compact`
 //!   (default true), `compact_after` ("1d"), `file_retention` ("7d", "0" = no VACUUM),
-//!   `log_retention` ("30d"), `dry_run` (false).
+//!   `log_retention` ("30d"), `dry_run` (false). A run over every source (no `source`, not a
+//!   dry run) also syncs the Glue tables (`TIDEMARK_GLUE_DATABASE`), so a table deleted or
+//!   edited by hand is written again within a day.
+//! - A CloudFormation custom resource request (the deploy's catalog step, maintenance
+//!   function only): sync the Glue tables and answer through its pre-signed URL.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -203,8 +207,31 @@ async fn maintain(publisher: &Publisher, m: &Value) -> Result<Value, Error> {
             }
         }
     }
+    // The catalog too: a table deleted or edited by hand since the last deploy is written
+    // again (additive changes only; a refused one fails the run, naming the difference).
+    let catalog = match std::env::var(publish::catalog::ENV_DATABASE) {
+        Ok(database) if only.is_none() && !options.dry_run => {
+            let catalog = publish::catalog::Catalog::from_env(database).await;
+            match catalog
+                .sync(&publisher.config, &publish::catalog::SyncOptions::default())
+                .await
+            {
+                Ok(synced) => {
+                    if let Some(reason) = publish::catalog::refused(&synced) {
+                        failed.push(format!("catalog: {reason}"));
+                    }
+                    serde_json::to_value(&synced)?
+                }
+                Err(e) => {
+                    failed.push(format!("catalog: {e}"));
+                    Value::Null
+                }
+            }
+        }
+        _ => Value::Null,
+    };
     if !failed.is_empty() {
         return Err(format!("maintenance failed for {}", failed.join("; ")).into());
     }
-    Ok(json!({ "maintained": done }))
+    Ok(json!({ "maintained": done, "catalog": catalog }))
 }

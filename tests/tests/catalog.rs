@@ -492,18 +492,25 @@ async fn the_deploys_catalog_step_answers_cloudformation() {
         serde_json::from_value(r).unwrap()
     };
 
+    // One step: a request of `kind` with `doc` as the function's document, answered through a
+    // pre-signed URL, and the answer as CloudFormation reads it.
+    let step = |kind: &'static str, doc: Value| {
+        let catalog = &catalog;
+        async move {
+            let key = format!("cfn/{kind}");
+            let url = presigned(&key).await;
+            let response =
+                publish::catalog::custom_resource(catalog, &config(&doc), &request(kind, &url))
+                    .await;
+            publish::catalog::respond(&url, &response)
+                .await
+                .expect("answered");
+            answered(&key).await
+        }
+    };
+
     // Create: the tables, SUCCESS.
-    let url = presigned("cfn/create").await;
-    let response = publish::catalog::custom_resource(
-        &catalog,
-        &config(&doc(trail_schema())),
-        &request("Create", &url),
-    )
-    .await;
-    publish::catalog::respond(&url, &response)
-        .await
-        .expect("answered");
-    let a = answered("cfn/create").await;
+    let a = step("Create", doc(trail_schema())).await;
     assert_eq!(a["Status"], "SUCCESS", "{a}");
     assert_eq!(a["RequestId"], "req-Create");
     assert_eq!(a["LogicalResourceId"], "CatalogSync");
@@ -516,17 +523,7 @@ async fn the_deploys_catalog_step_answers_cloudformation() {
     // Update with a breaking change: FAILED, the difference as the reason, nothing changed.
     let mut schema = trail_schema();
     schema[0]["type"] = "string".into();
-    let url = presigned("cfn/update").await;
-    let response = publish::catalog::custom_resource(
-        &catalog,
-        &config(&doc(schema)),
-        &request("Update", &url),
-    )
-    .await;
-    publish::catalog::respond(&url, &response)
-        .await
-        .expect("answered");
-    let a = answered("cfn/update").await;
+    let a = step("Update", doc(schema)).await;
     assert_eq!(a["Status"], "FAILED", "{a}");
     assert!(
         a["Reason"]
@@ -542,16 +539,9 @@ async fn the_deploys_catalog_step_answers_cloudformation() {
     );
 
     // Delete: SUCCESS, the tables stay (they go with the database).
-    let url = presigned("cfn/delete").await;
-    let response = publish::catalog::custom_resource(
-        &catalog,
-        &config(&doc(trail_schema())),
-        &request("Delete", &url),
-    )
-    .await;
-    publish::catalog::respond(&url, &response)
-        .await
-        .expect("answered");
-    assert_eq!(answered("cfn/delete").await["Status"], "SUCCESS");
+    assert_eq!(
+        step("Delete", doc(trail_schema())).await["Status"],
+        "SUCCESS"
+    );
     get(&client, &db, "orders").await;
 }

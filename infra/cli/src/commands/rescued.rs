@@ -595,7 +595,7 @@ pub async fn rescued(
             added.push(column);
         }
     }
-    let proposed = (!added.is_empty() || !extended_columns.is_empty()).then(|| {
+    let mut proposed = (!added.is_empty() || !extended_columns.is_empty()).then(|| {
         let mut proposed = doc.clone();
         proposed.schema = schema;
         proposed
@@ -604,7 +604,7 @@ pub async fn rescued(
     // Check: every picked object's committed version converted under the proposal.
     let mut checks = Vec::new();
     let mut checked = true;
-    if let Some(mut proposal) = proposed.clone() {
+    if let Some(mut proposal) = proposed.take() {
         let dir = std::env::temp_dir().join(format!("tidemark-rescued-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir)?;
         let _cleanup = Cleanup(dir.clone());
@@ -725,22 +725,7 @@ pub async fn rescued(
                 .is_some_and(|after| after <= c.bad_value_rows)
         });
         checks = outcomes;
-        return Ok(RescuedReport {
-            source_id: id.to_string(),
-            rescued_column: column,
-            objects_with_rescued,
-            rescued_rows,
-            objects_read,
-            rows_read,
-            fields: fields_of(&order, &tallies),
-            ignored,
-            added,
-            extended: extended_columns,
-            proposed: Some(proposal),
-            checks,
-            checked,
-            notes,
-        });
+        proposed = Some(proposal);
     }
     Ok(RescuedReport {
         source_id: id.to_string(),
@@ -753,7 +738,7 @@ pub async fn rescued(
         ignored,
         added,
         extended: extended_columns,
-        proposed: None,
+        proposed,
         checks,
         checked,
         notes,

@@ -1229,6 +1229,7 @@ mod tests {
             bucket: "lake".into(),
             key: key.into(),
             etag: format!("e-{key}"),
+            ..OutputRef::default()
         }
     }
 

@@ -139,8 +139,16 @@ pub fn table_for(source: &Source) -> Result<TableDef, String> {
             parameters: BTreeMap::from([("table_type".to_string(), "DELTA".to_string())]),
         });
     }
+    let partition_columns = source.partition_columns().unwrap_or_default();
     let mut columns: Vec<GlueColumn> = Vec::new();
     for c in source.output_columns() {
+        // A column partitioned under its own name is in the path, not in the files.
+        if partition_columns
+            .iter()
+            .any(|p| p.moves_out() && p.from == c.name)
+        {
+            continue;
+        }
         let lower = c.name.to_lowercase();
         if let Some(twin) = columns.iter().find(|g| g.name == lower) {
             return Err(format!(
@@ -186,6 +194,41 @@ pub fn table_for(source: &Source) -> Result<TableDef, String> {
         ] {
             parameters.insert(k.to_string(), v);
         }
+    }
+    if !partition_columns.is_empty() {
+        use crate::partition::Transform;
+        parameters.insert("projection.enabled".into(), "true".into());
+        let mut template = location.clone();
+        for p in partition_columns {
+            let key = p.name().to_string();
+            partition_keys.push(GlueColumn {
+                name: key.clone(),
+                ty: "string".into(),
+            });
+            template.push_str(&format!("{key}=${{{key}}}/"));
+            let dated = match p.transform {
+                Transform::Identity => None,
+                Transform::Year => Some(("yyyy", "2020", "YEARS")),
+                Transform::Month => Some(("yyyy-MM", "2020-01", "MONTHS")),
+                Transform::Day => Some(("yyyy-MM-dd", PROJECTION_START, "DAYS")),
+                Transform::Hour => Some(("yyyy-MM-dd-HH", "2020-01-01-00", "HOURS")),
+            };
+            let at = |what: &str| format!("projection.{key}.{what}");
+            match dated {
+                // Any value: a query names the values it reads (Athena's `injected` type).
+                None => {
+                    parameters.insert(at("type"), "injected".into());
+                }
+                Some((format, start, unit)) => {
+                    parameters.insert(at("type"), "date".into());
+                    parameters.insert(at("format"), format.into());
+                    parameters.insert(at("range"), format!("{start},NOW"));
+                    parameters.insert(at("interval"), "1".into());
+                    parameters.insert(at("interval.unit"), unit.into());
+                }
+            }
+        }
+        parameters.insert("storage.location.template".into(), template);
     }
     Ok(TableDef {
         name,
@@ -620,6 +663,49 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn partition_columns_are_keys_with_projection_and_leave_the_columns() {
+        let mut d = trail();
+        d["schema"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"name": "region", "type": "string"}));
+        d["output"]["partitioning"] = serde_json::json!({"columns": [
+            {"from": "eventTime", "as": "dt", "transform": "day"},
+            {"from": "region"}
+        ]});
+        let t = table_for(&source(d)).unwrap();
+        assert_eq!(
+            t.partition_keys,
+            [
+                GlueColumn {
+                    name: "dt".into(),
+                    ty: "string".into()
+                },
+                GlueColumn {
+                    name: "region".into(),
+                    ty: "string".into()
+                }
+            ]
+        );
+        assert!(
+            t.columns.iter().any(|c| c.name == "eventtime"),
+            "from stays: named dt"
+        );
+        assert!(
+            !t.columns.iter().any(|c| c.name == "region"),
+            "region is in the path"
+        );
+        let p = |k: &str| t.parameters.get(k).map(String::as_str);
+        assert_eq!(p("projection.dt.type"), Some("date"));
+        assert_eq!(p("projection.dt.format"), Some("yyyy-MM-dd"));
+        assert_eq!(p("projection.region.type"), Some("injected"));
+        assert_eq!(
+            p("storage.location.template"),
+            Some("s3://lake/trail/dt=${dt}/region=${region}/")
+        );
     }
 
     #[test]

@@ -363,6 +363,99 @@ pub enum CompressionDoc {
     Zstd,
 }
 
+/// `output.partitioning` by columns against the rest of the source: each column an output
+/// column its transform can partition, each name a valid and distinct partition key, and
+/// nothing the set of files per object does not serve yet.
+fn check_partitioning(doc: &SourceDoc, at: &str) -> Result<(), ConfigError> {
+    let out = &doc.output;
+    let here = format!("{at}.output.partitioning");
+    if let Some(n) = out.max_partitions_per_object
+        && !(1..=100_000).contains(&n)
+    {
+        return Err(invalid(
+            format!("{at}.output.max_partitions_per_object"),
+            format!("{n} is not in 1..=100000"),
+        ));
+    }
+    if out.partitioning.kind != Partitioning::Columns {
+        if out.max_partitions_per_object.is_some() {
+            return Err(invalid(
+                format!("{at}.output.max_partitions_per_object"),
+                "only with partitioning by columns",
+            ));
+        }
+        return Ok(());
+    }
+    if out.partitioning.columns.is_empty() {
+        return Err(invalid(here, "at least one partition column"));
+    }
+    if out.table.is_some() {
+        return Err(invalid(
+            here,
+            "partitioning by columns is not yet available for a source with output.table",
+        ));
+    }
+    if doc.bookmark.is_some() {
+        return Err(invalid(
+            here,
+            "partitioning by columns is not yet available for a source with bookmark keys",
+        ));
+    }
+    let columns = output_columns(doc);
+    let mut names = HashSet::new();
+    for (i, p) in out.partitioning.columns.iter().enumerate() {
+        let path = format!("{here}.columns[{i}]");
+        let Some(c) = columns.iter().find(|c| c.name == p.from) else {
+            return Err(invalid(
+                format!("{path}.from"),
+                format!("{:?} is not an output column of the source", p.from),
+            ));
+        };
+        if let Some(why) = p.refuses(&c.ty) {
+            return Err(invalid(format!("{path}.transform"), why));
+        }
+        let name = p.name();
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !valid {
+            return Err(invalid(
+                format!("{path}.as"),
+                format!(
+                    "{name:?}: a partition key is lower-case letters, digits and _, starting \
+                     with a letter or _"
+                ),
+            ));
+        }
+        if !names.insert(name) {
+            return Err(invalid(
+                format!("{path}.as"),
+                format!("{name:?} is given twice"),
+            ));
+        }
+        if !p.moves_out() && columns.iter().any(|c| c.name.eq_ignore_ascii_case(name)) {
+            return Err(invalid(
+                format!("{path}.as"),
+                format!(
+                    "{name:?} is an output column: a partition key must not be one (give \
+                     another name, or partition by that column itself)"
+                ),
+            ));
+        }
+        if p.moves_out() && doc.sum_columns.contains(&p.from) {
+            return Err(invalid(
+                format!("{path}.from"),
+                format!("{:?} is summed: it cannot leave the files", p.from),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// How output keys are partitioned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
@@ -374,6 +467,93 @@ pub enum Partitioning {
     /// `<prefix>dt=YYYY-MM-DD/<relative key>.parquet`, the date taken from the first
     /// `YYYY-MM-DD` or `YYYY/MM/DD` in the key (`dt=__HIVE_DEFAULT_PARTITION__` when none).
     KeyDate,
+    /// By the rows' values (`{"columns": [...]}`, [`OutputPartitioning::columns`]).
+    #[serde(skip)]
+    Columns,
+}
+
+/// `output.partitioning`: `"none"`, `"key_date"`, or `{"columns": [...]}` (one object's rows
+/// split over one file per partition value: [`crate::partition`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OutputPartitioning {
+    /// Which kind (`Columns` exactly when `columns` is not empty).
+    pub kind: Partitioning,
+    /// The partition columns, outermost directory first.
+    pub columns: Vec<crate::partition::PartitionColumn>,
+}
+
+impl PartialEq<Partitioning> for OutputPartitioning {
+    fn eq(&self, other: &Partitioning) -> bool {
+        self.kind == *other
+    }
+}
+
+/// How `output.partitioning` is written.
+#[derive(Serialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[serde(untagged)]
+enum PartitioningRepr {
+    /// `"none"` or `"key_date"`.
+    Named(Partitioning),
+    /// `{"columns": [{"from": "eventTime", "as": "dt", "transform": "day"}, {"from": "region"}]}`:
+    /// one directory level per column, outermost first.
+    Columns {
+        /// The partition columns.
+        columns: Vec<crate::partition::PartitionColumn>,
+    },
+}
+
+impl Serialize for OutputPartitioning {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.kind {
+            Partitioning::Columns => PartitioningRepr::Columns {
+                columns: self.columns.clone(),
+            }
+            .serialize(s),
+            kind => PartitioningRepr::Named(kind).serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for OutputPartitioning {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        /// The object spelling, read on its own so that its errors name the field.
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Columns {
+            columns: Vec<crate::partition::PartitionColumn>,
+        }
+        // Each spelling read apart: an error says what is wrong in the one given, not that
+        // neither matched.
+        let value = serde_json::Value::deserialize(d)?;
+        if value.is_string() {
+            let kind = Partitioning::deserialize(value).map_err(D::Error::custom)?;
+            return Ok(Self {
+                kind,
+                columns: Vec::new(),
+            });
+        }
+        let Columns { columns } = Columns::deserialize(value).map_err(|e| {
+            D::Error::custom(format!(
+                "{e} (partitioning is \"none\", \"key_date\" or {{\"columns\": [...]}})"
+            ))
+        })?;
+        Ok(Self {
+            kind: Partitioning::Columns,
+            columns,
+        })
+    }
+}
+
+#[cfg(feature = "config-schema")]
+impl schemars::JsonSchema for OutputPartitioning {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "OutputPartitioning".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        PartitioningRepr::json_schema(generator)
+    }
 }
 
 /// Where a source's Parquet goes.
@@ -386,9 +566,18 @@ pub struct OutputDoc {
     /// Output prefix (may be empty).
     #[serde(default)]
     pub prefix: String,
-    /// Partitioning of output keys.
+    /// Partitioning of output keys: `"none"` (default), `"key_date"` (`dt=` from the date in
+    /// the key), or `{"columns": [{"from": C, "as": NAME, "transform": T}, …]}`: each object's
+    /// rows split over one file per partition value, `<NAME>=<value>/` per column, outermost
+    /// first; `transform` is `identity` (default), or `year`, `month`, `day`, `hour` of a
+    /// timestamp (UTC) or date column; `as` defaults to `from` (and then the column leaves the
+    /// files: its value is in the path, as Hive lays partitions out).
     #[serde(default)]
-    pub partitioning: Partitioning,
+    pub partitioning: OutputPartitioning,
+    /// At most this many partitions per object under `partitioning: {"columns": …}` (1–100000;
+    /// default 1000): an object spreading over more fails, naming the limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_partitions_per_object: Option<u32>,
     /// Publish the outputs as a table (a Delta Lake table whose root is
     /// `s3://<bucket>/<prefix>`), instead of loose files only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -963,6 +1152,7 @@ impl Source {
                 Some(_) => {}
             }
         }
+        check_partitioning(&doc, at)?;
         if let Some(t) = &doc.reconcile.date_prefix {
             let known = t
                 .replace("{yyyy}", "")
@@ -1256,14 +1446,34 @@ impl Source {
     /// The one output key of source key `key`: deterministic, so a replay replaces it.
     pub fn output_key(&self, key: &str) -> String {
         let rel = key.strip_prefix(self.doc.prefix.as_str()).unwrap_or(key);
-        let partition = match self.doc.output.partitioning {
-            Partitioning::None => String::new(),
+        let partition = match self.doc.output.partitioning.kind {
+            // The object's own name, without directories: a partitioned output is a set of
+            // files, each under its partition's directories ([`Source::partition_output_key`]).
+            Partitioning::None | Partitioning::Columns => String::new(),
             Partitioning::KeyDate => format!(
                 "dt={}/",
                 date_in_key(key).unwrap_or_else(|| "__HIVE_DEFAULT_PARTITION__".into())
             ),
         };
         format!("{}{partition}{rel}.parquet", self.doc.output.prefix)
+    }
+
+    /// The output of `key`'s rows in the partition `dirs` (`dt=2026-11-29/region=eu/`), under
+    /// `partitioning: {"columns": …}`: `<prefix><dirs><relative key>.parquet`.
+    pub fn partition_output_key(&self, key: &str, dirs: &str) -> String {
+        let rel = key.strip_prefix(self.doc.prefix.as_str()).unwrap_or(key);
+        format!("{}{dirs}{rel}.parquet", self.doc.output.prefix)
+    }
+
+    /// The partition columns, when the outputs are partitioned by the data.
+    pub fn partition_columns(&self) -> Option<&[crate::partition::PartitionColumn]> {
+        let p = &self.doc.output.partitioning;
+        (p.kind == Partitioning::Columns).then_some(p.columns.as_slice())
+    }
+
+    /// `max_partitions_per_object` (default 1000).
+    pub fn max_partitions(&self) -> usize {
+        self.doc.output.max_partitions_per_object.unwrap_or(1000) as usize
     }
 
     /// The table the outputs are published to, if any.
@@ -1792,6 +2002,69 @@ mod tests {
         assert_eq!(
             c.sources[0].output_key("orders/2024-03-09.csv"),
             "out/dt=2024-03-09/2024-03-09.csv.parquet"
+        );
+    }
+
+    #[test]
+    fn partitioning_by_columns_is_checked_against_the_source() {
+        let with = |partitioning: &str| {
+            Config::from_json(&doc("").replace(
+                r#""prefix":"orders/"}"#,
+                &format!(r#""prefix":"out/","partitioning":{partitioning}}}"#),
+            ))
+        };
+        let c = with(r#"{"columns":[{"from":"id","as":"bucket_id"}]}"#).unwrap();
+        let columns = c.sources[0].partition_columns().expect("columns");
+        assert_eq!(columns[0].name(), "bucket_id");
+        assert_eq!(c.sources[0].max_partitions(), 1000);
+        assert_eq!(
+            c.sources[0].partition_output_key("orders/a/b.csv", "bucket_id=7/"),
+            "out/bucket_id=7/a/b.csv.parquet"
+        );
+        // The document round-trips in the spelling it was given.
+        let text = serde_json::to_string(&c.sources[0].doc.output.partitioning).unwrap();
+        assert_eq!(text, r#"{"columns":[{"from":"id","as":"bucket_id"}]}"#);
+        assert!(
+            with(r#""key_date""#).unwrap().sources[0]
+                .partition_columns()
+                .is_none()
+        );
+        for (bad, says) in [
+            (r#"{"columns":[]}"#, "at least one partition column"),
+            (r#"{"columns":[{"from":"nope"}]}"#, "not an output column"),
+            (
+                r#"{"columns":[{"from":"id","transform":"day"}]}"#,
+                "needs a timestamp or date",
+            ),
+            (
+                r#"{"columns":[{"from":"id","as":"Bad"}]}"#,
+                "a partition key is lower-case",
+            ),
+            (
+                r#"{"columns":[{"from":"id","as":"amount"}]}"#,
+                "is an output column",
+            ),
+            (r#"{"columns":[{"from":"amount"}]}"#, "is summed"),
+            (
+                r#"{"columns":[{"from":"id","as":"a"},{"from":"amount","as":"a"}]}"#,
+                "given twice",
+            ),
+            (
+                r#"{"columns":[{"from":"id","as":"x","transform":"weekly"}]}"#,
+                "weekly",
+            ),
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let table = doc("").replace(
+            r#""prefix":"orders/"}"#,
+            r#""prefix":"out/","partitioning":{"columns":[{"from":"id","as":"k"}]},"table":{"format":"delta"}}"#,
+        );
+        let e = Config::from_json(&table).unwrap_err().to_string();
+        assert!(
+            e.contains("not yet available for a source with output.table"),
+            "{e}"
         );
     }
 

@@ -94,7 +94,7 @@ impl Target {
 }
 
 /// One output object written for a committed version.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct OutputRef {
     /// Output bucket.
     pub bucket: String,
@@ -102,6 +102,12 @@ pub struct OutputRef {
     pub key: String,
     /// ETag the output had when committed; replacements are conditional on it.
     pub etag: String,
+    /// Rows in this file, for a file of a partitioned set (the commit's `rows` is the set's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<u64>,
+    /// Exact sums of the configured columns in this file, for a file of a partitioned set.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sums: BTreeMap<String, String>,
 }
 
 /// The committed state of a key: the version processed (with its numbers), or a tombstone.

@@ -51,6 +51,9 @@ pub enum Step {
     AfterGet,
     /// The output is written, nothing committed.
     AfterOutputPut,
+    /// Under partitioning by columns: the first file of an object's set is written, the
+    /// others not yet.
+    BetweenPartFiles,
     /// Just before the commit write (for a source with bookmark keys: the mark advance is
     /// prepared on the source's lock record).
     BeforeCommit,
@@ -70,6 +73,7 @@ impl Step {
             Step::AfterClaim => "after claim",
             Step::AfterGet => "after GET",
             Step::AfterOutputPut => "after output PUT",
+            Step::BetweenPartFiles => "between the files of a set",
             Step::BeforeCommit => "before commit",
             Step::AfterCommit => "after commit",
             Step::PageRecorded => "page recorded",
@@ -789,13 +793,25 @@ impl Pipeline {
                         .flatten(),
                     committed_etag(source.rejects_key(key)),
                 );
+                let committed_files: Vec<OutputRef> = record
+                    .committed
+                    .iter()
+                    .flat_map(|c| c.files().cloned())
+                    .collect();
                 let Some(Converted {
                     version,
                     stats,
-                    output,
+                    outputs,
                     rejects,
                 }) = self
-                    .convert_version(source, key, v, expected, Some(token), ctx)
+                    .convert_version(
+                        source,
+                        key,
+                        v,
+                        (expected.0, expected.1, &committed_files),
+                        Some(token),
+                        ctx,
+                    )
                     .await?
                 else {
                     return Ok(Work::Release(
@@ -811,7 +827,7 @@ impl Pipeline {
                         .iter()
                         .map(|(k, v)| (k.clone(), v.to_string()))
                         .collect(),
-                    outputs: vec![output],
+                    outputs,
                     rejected: stats.rejects.len() as u64,
                     rejects,
                     rescued: stats.rescued_rows,
@@ -881,7 +897,8 @@ impl Pipeline {
     }
 
     /// GET the version pinned to its ETag, convert it and write its output (and its rejects
-    /// file). `expected` holds the ETags the ledger has for the output and the rejects file;
+    /// file). `expected` holds the ETags the ledger has for the output and the rejects file,
+    /// and the files of the committed version (a partitioned set's expected ETags);
     /// `claim` is the token of the claim the write is made under, `None` for a write outside
     /// the ledger (see [`Guard::untracked`]). `None` when the object is no longer that version.
     async fn convert_version(
@@ -889,7 +906,11 @@ impl Pipeline {
         source: &Source,
         key: &str,
         version: &VersionRef,
-        (expected_output, expected_rejects): (Option<String>, Option<String>),
+        (expected_output, expected_rejects, committed_files): (
+            Option<String>,
+            Option<String>,
+            &[OutputRef],
+        ),
         claim: Option<&str>,
         ctx: &RunContext,
     ) -> Result<Option<Converted>> {
@@ -921,16 +942,40 @@ impl Pipeline {
             version: &version,
             untracked,
         };
-        let (stats, etag) = self
-            .convert_and_upload(
-                body,
-                spec,
-                (bucket, key),
-                (&out_bucket, &out_key),
-                &metadata,
-                &guard,
-            )
-            .await?;
+        let (stats, outputs) = match source.partition_columns() {
+            Some(columns) => {
+                self.convert_partitioned(
+                    body,
+                    spec,
+                    source,
+                    key,
+                    columns,
+                    committed_files,
+                    &metadata,
+                    &guard,
+                )
+                .await?
+            }
+            None => {
+                let (stats, etag) = self
+                    .convert_and_upload(
+                        body,
+                        spec,
+                        (bucket, key),
+                        (&out_bucket, &out_key),
+                        &metadata,
+                        &guard,
+                    )
+                    .await?;
+                let output = OutputRef {
+                    bucket: out_bucket,
+                    key: out_key,
+                    etag,
+                    ..OutputRef::default()
+                };
+                (stats, vec![output])
+            }
+        };
         let guard = Guard {
             expected: expected_rejects,
             ..guard
@@ -943,13 +988,153 @@ impl Pipeline {
         Ok(Some(Converted {
             version,
             stats,
-            output: OutputRef {
-                bucket: out_bucket,
-                key: out_key,
-                etag,
-            },
+            outputs,
             rejects,
         }))
+    }
+
+    /// Convert `body` under a source partitioned by columns: the whole output into a local
+    /// file, split into one file per partition ([`crate::convert::split`]), each written
+    /// under the conditions of any output (its committed ETag when the committed set has the
+    /// same key, else absent; a leftover of an attempt that never committed is replaced). The
+    /// set is committed together by the caller; a crash between two files leaves files the
+    /// ledger does not count, and the retry rebuilds the same set.
+    #[allow(clippy::too_many_arguments)]
+    async fn convert_partitioned(
+        &self,
+        body: Body,
+        spec: crate::convert::ConvertSpec,
+        source: &Source,
+        key: &str,
+        columns: &[crate::partition::PartitionColumn],
+        committed_files: &[OutputRef],
+        metadata: &BTreeMap<String, String>,
+        guard: &Guard<'_>,
+    ) -> Result<(ConvertStats, Vec<OutputRef>)> {
+        /// Partition writers open at once (each holds the row group it builds).
+        const MAX_OPEN: usize = 32;
+        let src_bucket = source.doc.bucket.clone();
+        let dir = std::env::temp_dir().join(format!("tidemark-parts-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).map_err(|e| ProcessError::Internal(e.to_string()))?;
+        let _cleanup = RemoveOnDrop(dir.clone());
+        let (body, cut) = WatchedBody::new(body);
+        let reader = SyncIoBridge::new(body);
+        let columns_owned = columns.to_vec();
+        let sums = source.doc.sum_columns.clone();
+        let limits = (MAX_OPEN, source.max_partitions());
+        let work_dir = dir.clone();
+        let converted = tokio::task::spawn_blocking(move || {
+            let whole = work_dir.join("whole.parquet");
+            let mut file = std::io::BufWriter::new(std::fs::File::create(&whole)?);
+            let stats = convert(reader, &spec, &mut file)?;
+            std::io::Write::flush(&mut file)?;
+            drop(file);
+            let parts =
+                crate::convert::split(&whole, &spec, &columns_owned, &sums, limits, &work_dir)?;
+            std::fs::remove_file(&whole)?;
+            Ok::<_, ConvertError>((stats, parts))
+        })
+        .await;
+        let (stats, parts) = match converted {
+            Ok(Ok(done)) => done,
+            Ok(Err(e)) => {
+                if let Some(e) = cut.error(&src_bucket, key) {
+                    return Err(ProcessError::Store(e));
+                }
+                return Err(ProcessError::Convert {
+                    bucket: src_bucket,
+                    key: key.to_string(),
+                    source: e,
+                });
+            }
+            Err(join) => return Err(ProcessError::Internal(join.to_string())),
+        };
+        let out_bucket = source.doc.output.bucket.clone();
+        let mut outputs = Vec::with_capacity(parts.len());
+        for (i, part) in parts.iter().enumerate() {
+            let out_key = source.partition_output_key(key, &part.dirs);
+            let expected = committed_files
+                .iter()
+                .find(|o| o.key == out_key && o.bucket == out_bucket)
+                .map(|o| o.etag.clone());
+            let guard = Guard {
+                expected,
+                ..guard.clone()
+            };
+            let etag = self
+                .upload_file(&out_bucket, &out_key, &part.path, metadata, &guard)
+                .await?;
+            outputs.push(OutputRef {
+                bucket: out_bucket.clone(),
+                key: out_key,
+                etag,
+                rows: Some(part.rows),
+                sums: part
+                    .sums
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_string()))
+                    .collect(),
+            });
+            if i == 0 {
+                self.faults.check(Step::BetweenPartFiles, key)?;
+            }
+        }
+        Ok((stats, outputs))
+    }
+
+    /// Write the local file `path` to `bucket/key` under `guard`'s condition: one PUT, or a
+    /// multipart upload in parts of `part_size` read from the file one at a time.
+    async fn upload_file(
+        &self,
+        bucket: &str,
+        key: &str,
+        path: &std::path::Path,
+        metadata: &BTreeMap<String, String>,
+        guard: &Guard<'_>,
+    ) -> Result<String> {
+        use tokio::io::AsyncReadExt;
+        let internal =
+            |e: std::io::Error| ProcessError::Internal(format!("{}: {e}", path.display()));
+        let size = tokio::fs::metadata(path).await.map_err(internal)?.len() as usize;
+        let part_size = self.settings.part_size;
+        let upload = if size <= part_size {
+            Upload::Single(Bytes::from(tokio::fs::read(path).await.map_err(internal)?))
+        } else {
+            let id = self.store.create_multipart(bucket, key, metadata).await?;
+            let mut file = tokio::fs::File::open(path).await.map_err(internal)?;
+            let mut parts = Vec::new();
+            loop {
+                let mut chunk = Vec::with_capacity(part_size);
+                (&mut file)
+                    .take(part_size as u64)
+                    .read_to_end(&mut chunk)
+                    .await
+                    .map_err(internal)?;
+                if chunk.is_empty() {
+                    break;
+                }
+                let n = parts.len() as i32 + 1;
+                match self
+                    .store
+                    .upload_part(bucket, key, &id, n, Bytes::from(chunk))
+                    .await
+                {
+                    Ok(etag) => parts.push((n, etag)),
+                    Err(e) => {
+                        self.store.abort_multipart(bucket, key, &id).await?;
+                        return Err(e.into());
+                    }
+                }
+            }
+            Upload::Multipart(id, parts)
+        };
+        let etag = self
+            .conditional_write(bucket, key, &upload, metadata, guard)
+            .await;
+        if let (Err(_), Upload::Multipart(id, _)) = (&etag, &upload) {
+            self.store.abort_multipart(bucket, key, id).await?;
+        }
+        etag
     }
 
     /// GET `version` of `key` pinned to its ETag, refusing an object over
@@ -1031,6 +1216,7 @@ impl Pipeline {
             bucket: bucket.clone(),
             key: rejects_key,
             etag,
+            ..OutputRef::default()
         }))
     }
 
@@ -1256,7 +1442,7 @@ impl Pipeline {
             return Ok(Outcome::Skipped(Skip::Duplicate));
         }
         match self
-            .convert_version(source, key, &version, (None, None), None, ctx)
+            .convert_version(source, key, &version, (None, None, &[]), None, ctx)
             .await
         {
             Ok(Some(converted)) => Ok(Outcome::Untracked {
@@ -1290,6 +1476,15 @@ fn skipped(skip: Skip, record: Option<&Record>, ctx: &RunContext) -> Outcome {
     }
 }
 
+/// Removes a temporary folder when dropped.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// What a conditional write of an output (or rejects file) may replace.
 #[derive(Clone)]
 struct Guard<'a> {
@@ -1317,7 +1512,8 @@ struct Converted {
     /// The version, completed from the pinned GET.
     version: VersionRef,
     stats: ConvertStats,
-    output: OutputRef,
+    /// Its output, or under partitioning by columns the set of files, one per partition.
+    outputs: Vec<OutputRef>,
     /// Its rejects file, when it has rejected rows.
     rejects: Option<OutputRef>,
 }

@@ -213,11 +213,13 @@ fn full(key: &str, rev: u64) -> Record {
                     bucket: "lake".into(),
                     key: "orders/2024/a b+c%.parquet".into(),
                     etag: "9b2cf535f27731c974343645a3985328".into(),
+                    ..OutputRef::default()
                 },
                 OutputRef {
                     bucket: "lake".into(),
                     key: "orders/你好/😊.parquet".into(),
                     etag: "0cc175b9c0f1b6a831c399e269772661-3".into(),
+                    ..OutputRef::default()
                 },
             ],
             rejected: 0,
@@ -279,6 +281,7 @@ fn full_bookmark() -> tidemark::model::BookmarkState {
         bucket: "lake".into(),
         key: "orders/_bookmark/index-0123456789abcdef.txt.zst".into(),
         etag: "e1".into(),
+        ..OutputRef::default()
     };
     BookmarkState {
         mark: Some(vec![
@@ -291,6 +294,7 @@ fn full_bookmark() -> tidemark::model::BookmarkState {
             bucket: "lake".into(),
             key: "orders/_late/a.csv.0123456789abcdef.parquet".into(),
             etag: "e2".into(),
+            ..OutputRef::default()
         }),
         advance: Some(Box::new(Advance {
             key: "in/a.csv".into(),

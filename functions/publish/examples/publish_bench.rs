@@ -199,6 +199,7 @@ async fn prepare(
             bucket: bucket.clone(),
             key: out_key,
             etag,
+            ..OutputRef::default()
         }],
         rejected: 0,
         rejects: None,

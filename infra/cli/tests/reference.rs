@@ -277,12 +277,30 @@ fn type_text(
         if def.get("additionalProperties").is_some() {
             return type_text(schema, def, path, queue);
         }
+        // One of several spellings (`"key_date"`, or `{"columns": [...]}`): each named.
+        if let Some(alternatives) = def.get("anyOf").and_then(|a| a.as_array()) {
+            let mut kinds = Vec::new();
+            let mut listed = None;
+            for alternative in alternatives {
+                let (kind, values) = type_text(schema, alternative, path, queue);
+                listed = listed.or(values);
+                kinds.push(kind);
+            }
+            return (kinds.join(", or "), listed);
+        }
         return (def["type"].as_str().unwrap_or("value").to_string(), None);
     }
     match p.get("type").and_then(|t| t.as_str()) {
         Some("array") => {
             let (inner, values) = type_text(schema, &p["items"], &format!("{path}[]"), queue);
             (format!("array of {inner}"), values)
+        }
+        Some("object") if p.get("properties").is_some() => {
+            queue.push(Pending {
+                path: path.to_string(),
+                def: p.clone(),
+            });
+            (format!("object, [below](#{})", anchor(path)), None)
         }
         Some("object") => {
             let inner = p

@@ -36,6 +36,8 @@ mod pages;
 #[path = "parquet.rs"]
 pub(crate) mod parquet_input;
 pub mod reject;
+mod split;
+pub use split::{PartFile, split};
 mod stats;
 #[cfg(test)]
 mod testutil;

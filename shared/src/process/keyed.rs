@@ -274,6 +274,7 @@ impl Pipeline {
                     bucket: out_bucket.clone(),
                     key: late_key,
                     etag,
+                    ..OutputRef::default()
                 })
             }
             None => None,
@@ -290,6 +291,7 @@ impl Pipeline {
             bucket: out_bucket.clone(),
             key: out_key,
             etag,
+            ..OutputRef::default()
         };
         let now = self.clock.now_ms();
         let advance = Advance {
@@ -303,6 +305,7 @@ impl Pipeline {
                 bucket: out_bucket.clone(),
                 key: index_key,
                 etag: index_etag,
+                ..OutputRef::default()
             },
             delta: filter.counts,
             at: now,

@@ -1,0 +1,388 @@
+//! Partitioning by the data (`partitioning: {"columns": [...]}`), on both backend pairs:
+//! objects spread over 1, 10 and 1,000 partitions, each a set of files committed together
+//! with each file's rows and sums; an overwrite that moves rows between partitions (the
+//! partition left without rows of the object loses its file); a delete removing the whole
+//! set; late data landing in an old partition; a crash between two files of a set, retried
+//! into the same set; an object over `max_partitions_per_object` failing alone; reconcile
+//! clean on both tiers; and DuckDB's hive-partitioned read of the lake equal to the source,
+//! partition by partition.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use tidemark::config::Config;
+use tidemark::ports::Clock as _;
+use tidemark::process::{Faults, Step};
+use tidemark::reconcile::{self, Options, Window};
+use tidemark_tests::{Backends, Events, LEASE_MARGIN_MS};
+
+const EVENTS: &str = "events";
+
+fn config(b: &Backends, max_partitions: Option<u32>) -> Arc<Config> {
+    let mut doc = json!({"sources": [{
+        "source_id": EVENTS, "bucket": b.landing, "prefix": "events/", "format": "jsonl",
+        "schema": [
+            {"name": "id", "type": "int64", "nullable": false},
+            {"name": "at", "type": "timestamp"},
+            {"name": "region", "type": "string"},
+            {"name": "amount", "type": "int64"}
+        ],
+        "sum_columns": ["amount"],
+        "output": {"bucket": b.lake, "prefix": "events/", "partitioning": {"columns": [
+            {"from": "at", "as": "dt", "transform": "day"},
+            {"from": "region"}
+        ]}},
+        "reconcile": {"deep_sample": 1.0},
+        "max_attempts": 2
+    }]});
+    if let Some(n) = max_partitions {
+        doc["sources"][0]["output"]["max_partitions_per_object"] = json!(n);
+    }
+    Arc::new(Config::from_json(&doc.to_string()).expect("valid document"))
+}
+
+/// One row: (id, day of November 2026, region, amount); a region of `None` is NULL.
+type Row = (i64, u32, Option<String>, i64);
+
+fn jsonl(rows: &[Row]) -> String {
+    rows.iter()
+        .map(|(id, day, region, amount)| {
+            json!({"id": id, "at": format!("2026-11-{day:02}T10:00:00Z"), "region": region,
+                   "amount": amount})
+            .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
+/// The partition directories of a row.
+fn dirs(row: &Row) -> String {
+    format!(
+        "dt=2026-11-{:02}/region={}/",
+        row.1,
+        row.2.as_deref().unwrap_or("__HIVE_DEFAULT_PARTITION__")
+    )
+}
+
+/// Rows and the sum of `amount` per partition directory.
+fn per_partition<'a>(rows: impl IntoIterator<Item = &'a Row>) -> BTreeMap<String, (u64, i64)> {
+    let mut out = BTreeMap::new();
+    for r in rows {
+        let e = out.entry(dirs(r)).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += r.3;
+    }
+    out
+}
+
+fn rows(first: i64, days: &[u32], regions: &[&str], per: usize) -> Vec<Row> {
+    let mut out = Vec::new();
+    let mut id = first;
+    for day in days {
+        for region in regions {
+            for _ in 0..per {
+                out.push((id, *day, Some(region.to_string()), id % 7 + 1));
+                id += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The committed set of `key`: output key → (rows, sums["amount"]).
+async fn committed_set(b: &Backends, key: &str) -> BTreeMap<String, (u64, String)> {
+    let r = b.ledger.get(EVENTS, key).await.unwrap().expect("a record");
+    let c = r.committed.expect("committed");
+    c.outputs
+        .iter()
+        .map(|o| {
+            (
+                o.key.clone(),
+                (o.rows.expect("a file's rows"), o.sums["amount"].clone()),
+            )
+        })
+        .collect()
+}
+
+/// The lake read by DuckDB with hive partitioning: rows and sum per partition.
+async fn duckdb_per_partition(b: &Backends) -> BTreeMap<String, (u64, i64)> {
+    let dir = tempfile::tempdir().unwrap();
+    for (key, body) in b.lake_objects("events/").await {
+        let path = dir.path().join(&key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    }
+    let script = r#"
+import duckdb, json, sys
+rows = duckdb.sql(f"""
+  select dt, region, count(*)::bigint, sum(amount)::bigint
+  from read_parquet('{sys.argv[1]}/events/**/*.parquet', hive_partitioning = true,
+                    hive_types_autocast = false)
+  group by all order by all""").fetchall()
+print(json.dumps([[r[0], r[1], r[2], r[3]] for r in rows]))
+"#;
+    let out = std::process::Command::new(tidemark_tests::table_reader::reader_python())
+        .arg("-c")
+        .arg(script)
+        .arg(dir.path())
+        .output()
+        .expect("run DuckDB");
+    assert!(
+        out.status.success(),
+        "DuckDB: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<(String, Option<String>, u64, i64)> =
+        serde_json::from_slice(&out.stdout).unwrap();
+    rows.into_iter()
+        .map(|(dt, region, n, sum)| {
+            // DuckDB reads the default partition's value as NULL.
+            let region = region.unwrap_or_else(|| "__HIVE_DEFAULT_PARTITION__".into());
+            (format!("dt={dt}/region={region}/"), (n, sum))
+        })
+        .collect()
+}
+
+/// Crashes the worker between the first and second files of a set, once.
+struct BetweenFiles(Mutex<bool>);
+
+impl Faults for BetweenFiles {
+    fn check(&self, step: Step, _: &str) -> tidemark::Result<()> {
+        let mut armed = self.0.lock().unwrap();
+        if step == Step::BetweenPartFiles && *armed {
+            *armed = false;
+            return Err(tidemark::ProcessError::Crashed(step.as_str()));
+        }
+        Ok(())
+    }
+}
+
+async fn objects_become_sets_of_partition_files(b: Backends) {
+    let name = b.name;
+    let config = config(&b, None);
+    let mut ev = Events::new(&b, &config);
+    let mut source: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+
+    // 1, 10 and 1,000 partitions.
+    let one = rows(1, &[1], &["eu"], 5);
+    let ten = rows(100, &[1, 2, 3, 4, 5], &["eu", "us"], 3);
+    let regions: Vec<String> = (0..1000).map(|i| format!("r{i:04}")).collect();
+    let regions: Vec<&str> = regions.iter().map(String::as_str).collect();
+    let thousand = rows(10_000, &[7], &regions, 1);
+    for (key, r) in [
+        ("events/one.json", &one),
+        ("events/ten.json", &ten),
+        ("events/thousand.json", &thousand),
+    ] {
+        ev.put(key, &jsonl(r)).await;
+        source.insert(key.to_string(), r.clone());
+    }
+    for (key, expected) in [
+        ("events/one.json", 1),
+        ("events/ten.json", 10),
+        ("events/thousand.json", 1000),
+    ] {
+        let set = committed_set(&b, key).await;
+        assert_eq!(set.len(), expected, "{name}: {key}");
+        let want = per_partition(&source[key]);
+        let rel = key.strip_prefix("events/").unwrap();
+        let got: BTreeMap<String, (u64, i64)> = set
+            .iter()
+            .map(|(k, (n, s))| {
+                let dirs = k
+                    .strip_prefix("events/")
+                    .and_then(|k| k.strip_suffix(&format!("{rel}.parquet")))
+                    .unwrap_or_else(|| panic!("{k}: not under events/…/{rel}.parquet"));
+                (dirs.to_string(), (*n, s.parse().unwrap()))
+            })
+            .collect();
+        assert_eq!(
+            got, want,
+            "{name}: {key}: each file's rows and sums in the ledger"
+        );
+    }
+    // A NULL region lands in the default partition.
+    let nulls = vec![(50_000, 3, None, 9), (50_001, 3, Some("eu".into()), 1)];
+    ev.put("events/nulls.json", &jsonl(&nulls)).await;
+    source.insert("events/nulls.json".into(), nulls);
+    assert_eq!(committed_set(&b, "events/nulls.json").await.len(), 2);
+
+    // An overwrite moving rows between partitions: day 5 is gone from the object.
+    let moved = rows(200, &[1, 2, 3, 6], &["eu", "us"], 2);
+    ev.put("events/ten.json", &jsonl(&moved)).await;
+    source.insert("events/ten.json".into(), moved);
+    let set = committed_set(&b, "events/ten.json").await;
+    assert_eq!(set.len(), 8, "{name}");
+    let lake = b.lake_objects("events/").await;
+    for day in [4, 5] {
+        for region in ["eu", "us"] {
+            let old = format!("events/dt=2026-11-{day:02}/region={region}/ten.json.parquet");
+            assert!(!lake.contains_key(&old), "{name}: {old} left behind");
+        }
+    }
+
+    // Late data: a new object whose rows belong to an old day.
+    let late = rows(300, &[1], &["eu"], 4);
+    ev.put("events/late.json", &jsonl(&late)).await;
+    source.insert("events/late.json".into(), late);
+    assert!(
+        b.lake_objects("events/dt=2026-11-01/region=eu/")
+            .await
+            .contains_key("events/dt=2026-11-01/region=eu/late.json.parquet"),
+        "{name}"
+    );
+
+    // A crash between two files of a set: nothing committed; the retry writes the same set.
+    let crash = rows(400, &[8, 9], &["eu"], 2);
+    b.upload("events/crash.json", jsonl(&crash)).await;
+    let mut crashing = b.pipeline_with(config.clone());
+    crashing.faults = Arc::new(BetweenFiles(Mutex::new(true)));
+    let meta = b
+        .store
+        .head(&b.landing, "events/crash.json")
+        .await
+        .unwrap()
+        .unwrap();
+    let event = json!({"Records": [{"eventVersion": "2.1", "eventSource": "aws:s3",
+        "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
+        "s3": {"bucket": {"name": b.landing},
+               "object": {"key": "events/crash.json", "size": meta.size, "eTag": meta.etag,
+                          "sequencer": "00000000000000F000"}}}]});
+    let r = tidemark::ingest::handle(&crashing, &event, &b.ctx("crash"), 4)
+        .await
+        .unwrap();
+    assert!(!r.errors.is_empty(), "{name}: the crash is an error");
+    let record = b
+        .ledger
+        .get(EVENTS, "events/crash.json")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(record.committed.is_none(), "{name}: nothing committed");
+    b.clock.advance(LEASE_MARGIN_MS + 1_000);
+    let r = tidemark::ingest::handle(&b.pipeline_with(config.clone()), &event, &b.ctx("retry"), 4)
+        .await
+        .unwrap();
+    assert!(r.errors.is_empty(), "{name}: {:?}", r.errors);
+    assert_eq!(committed_set(&b, "events/crash.json").await.len(), 2);
+    source.insert("events/crash.json".into(), crash);
+
+    // A delete removes the whole set.
+    ev.delete("events/one.json").await;
+    source.remove("events/one.json");
+    assert!(
+        !b.lake_objects("events/")
+            .await
+            .keys()
+            .any(|k| k.ends_with("/one.json.parquet")),
+        "{name}"
+    );
+
+    // The lake, read by DuckDB with hive partitioning, is the source partition by partition.
+    let want = per_partition(source.values().flatten());
+    assert_eq!(duckdb_per_partition(&b).await, want, "{name}");
+
+    // Reconcile, both tiers on every object: clean.
+    let source_cfg = config.source(EVENTS).unwrap();
+    let report = reconcile::reconcile_source(
+        &b.pipeline_with(config.clone()),
+        source_cfg,
+        Window {
+            from_ms: 0,
+            to_ms: b.clock.now_ms() + 86_400_000,
+        },
+        Options {
+            repair: false,
+            deep_sample: Some(1.0),
+            ..Options::default()
+        },
+        &b.ctx("reconcile"),
+    )
+    .await
+    .expect("reconcile");
+    assert!(report.clean(), "{name}: {report:#?}");
+    let rows_total: u64 = source.values().map(|r| r.len() as u64).sum();
+    let sum_total: i64 = source.values().flatten().map(|r| r.3).sum();
+    for t in [
+        &report.totals.ledger,
+        &report.totals.deep.lake,
+        &report.totals.deep.source,
+    ] {
+        assert_eq!(t.rows, rows_total, "{name}: {report:#?}");
+        assert_eq!(t.sums["amount"], sum_total.to_string(), "{name}");
+    }
+}
+
+async fn too_many_partitions_fail_the_object_alone(b: Backends) {
+    let name = b.name;
+    let config = config(&b, Some(5));
+    let wide = rows(1, &[1, 2, 3], &["eu", "us"], 1); // 6 partitions
+    let narrow = rows(100, &[1], &["eu", "us"], 2); // 2
+    b.upload("events/wide.json", jsonl(&wide)).await;
+    b.upload("events/narrow.json", jsonl(&narrow)).await;
+    let mut events = Vec::new();
+    for (i, key) in ["events/wide.json", "events/narrow.json"]
+        .iter()
+        .enumerate()
+    {
+        let meta = b.store.head(&b.landing, key).await.unwrap().unwrap();
+        events.push(json!({"eventVersion": "2.1", "eventSource": "aws:s3",
+            "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
+            "s3": {"bucket": {"name": b.landing},
+                   "object": {"key": key, "size": meta.size, "eTag": meta.etag,
+                              "sequencer": format!("{:018X}", 0x100 + i)}}}));
+    }
+    let r = tidemark::ingest::handle(
+        &b.pipeline_with(config.clone()),
+        &json!({"Records": events}),
+        &b.ctx("limit"),
+        4,
+    )
+    .await
+    .unwrap();
+    let record = b
+        .ledger
+        .get(EVENTS, "events/wide.json")
+        .await
+        .unwrap()
+        .unwrap();
+    let error = record.last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains("more than 5 partitions (max_partitions_per_object)")
+            && error.contains("events/wide.json"),
+        "{name}: {error:?} / {:?}",
+        r.errors
+    );
+    assert!(record.committed.is_none(), "{name}");
+    assert_eq!(
+        committed_set(&b, "events/narrow.json").await.len(),
+        2,
+        "{name}"
+    );
+    let lake: Vec<String> = b.lake_objects("events/").await.into_keys().collect();
+    assert!(
+        lake.iter().all(|k| k.ends_with("/narrow.json.parquet")),
+        "{name}: {lake:?}"
+    );
+}
+
+#[tokio::test]
+async fn embedded_objects_become_sets_of_partition_files() {
+    objects_become_sets_of_partition_files(Backends::embedded().await).await;
+}
+
+#[tokio::test]
+async fn aws_objects_become_sets_of_partition_files() {
+    objects_become_sets_of_partition_files(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn embedded_too_many_partitions_fail_the_object_alone() {
+    too_many_partitions_fail_the_object_alone(Backends::embedded().await).await;
+}
+
+#[tokio::test]
+async fn aws_too_many_partitions_fail_the_object_alone() {
+    too_many_partitions_fail_the_object_alone(Backends::aws().await).await;
+}

@@ -770,6 +770,7 @@ pub fn decide_lock(current: Option<&Record>, req: &LockRequest) -> LockDecision 
                 holder: Some(req.key.clone()),
                 ..BookmarkState::default()
             }),
+            writing: Vec::new(),
         };
         return LockDecision::Take(Box::new(record));
     };
@@ -1279,6 +1280,7 @@ mod tests {
             note: None,
             updated_at: 0,
             bookmark: None,
+            writing: Vec::new(),
         }
     }
 

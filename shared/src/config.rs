@@ -363,6 +363,10 @@ pub enum CompressionDoc {
     Zstd,
 }
 
+/// The most partitions (files) one object may spread over: a commit names every file of the
+/// set (key, ETag, rows, sums: ≈250 bytes each), and a DynamoDB item holds at most 400 KB.
+pub const MAX_PARTITIONS: u32 = 1000;
+
 /// `output.partitioning` by columns against the rest of the source: each column an output
 /// column its transform can partition, each name a valid and distinct partition key, and
 /// nothing the set of files per object does not serve yet.
@@ -370,11 +374,14 @@ fn check_partitioning(doc: &SourceDoc, at: &str) -> Result<(), ConfigError> {
     let out = &doc.output;
     let here = format!("{at}.output.partitioning");
     if let Some(n) = out.max_partitions_per_object
-        && !(1..=100_000).contains(&n)
+        && !(1..=MAX_PARTITIONS).contains(&n)
     {
         return Err(invalid(
             format!("{at}.output.max_partitions_per_object"),
-            format!("{n} is not in 1..=100000"),
+            format!(
+                "{n} is not in 1..={MAX_PARTITIONS} (the ledger's item names every file of an \
+                 object's set: DynamoDB items hold at most 400 KB)"
+            ),
         ));
     }
     if out.partitioning.kind != Partitioning::Columns {
@@ -574,8 +581,10 @@ pub struct OutputDoc {
     /// files: its value is in the path, as Hive lays partitions out).
     #[serde(default)]
     pub partitioning: OutputPartitioning,
-    /// At most this many partitions per object under `partitioning: {"columns": …}` (1–100000;
-    /// default 1000): an object spreading over more fails, naming the limit.
+    /// At most this many partitions per object under `partitioning: {"columns": …}` (1–1000;
+    /// default 1000: a commit names every file of the set, and a DynamoDB item holds at most
+    /// 400 KB): an object spreading over more fails, naming the limit. Not part of the
+    /// configuration's fingerprint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_partitions_per_object: Option<u32>,
     /// Publish the outputs as a table (a Delta Lake table whose root is
@@ -1597,6 +1606,8 @@ fn fingerprint(doc: &SourceDoc) -> String {
         o.remove("zstd_level");
         o.remove("dictionary_kib");
         o.remove("page_kib");
+        // A limit that fails an object, not a layout: raising it rewrites nothing.
+        o.remove("max_partitions_per_object");
         if let Some(t) = o.get_mut("table").and_then(|t| t.as_object_mut()) {
             t.remove("merge_keys");
             t.remove("merge_order");

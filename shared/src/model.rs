@@ -305,6 +305,12 @@ pub struct Record {
     /// was claimed ("superseded by"), or the version whose attempts failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending: Option<Target>,
+    /// Files an attempt announced it would write under partitioning by columns (output keys
+    /// in the source's output bucket) before writing them, and that no commit names yet: the
+    /// next attempt (of any version) deletes those its own set lacks, and a commit clears the
+    /// list. So a crash between the files of a set never leaves a file behind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writing: Vec<String>,
     /// Failed attempts at the pending (or claimed) target.
     #[serde(default)]
     pub attempts: u32,

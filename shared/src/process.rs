@@ -844,6 +844,17 @@ impl Pipeline {
                     ));
                 }
                 let previous = record.committed.as_ref();
+                // Files of a set an attempt announced and never committed: ours to delete
+                // under the claim, whatever the policy keeps of the committed version.
+                for k in record
+                    .writing
+                    .iter()
+                    .filter(|k| !previous.is_some_and(|c| c.files().any(|o| &o.key == *k)))
+                {
+                    self.store
+                        .delete(&source.doc.output.bucket, k, None)
+                        .await?;
+                }
                 let (kept, kept_rejects) = match source.doc.on_delete {
                     OnDelete::Keep => (
                         previous.map(|c| c.outputs.clone()).unwrap_or_default(),
@@ -947,8 +958,7 @@ impl Pipeline {
                 self.convert_partitioned(
                     body,
                     spec,
-                    source,
-                    key,
+                    (source, key, claim),
                     columns,
                     committed_files,
                     &metadata,
@@ -1004,8 +1014,7 @@ impl Pipeline {
         &self,
         body: Body,
         spec: crate::convert::ConvertSpec,
-        source: &Source,
-        key: &str,
+        (source, key, claim): (&Source, &str, Option<&str>),
         columns: &[crate::partition::PartitionColumn],
         committed_files: &[OutputRef],
         metadata: &BTreeMap<String, String>,
@@ -1050,9 +1059,16 @@ impl Pipeline {
             Err(join) => return Err(ProcessError::Internal(join.to_string())),
         };
         let out_bucket = source.doc.output.bucket.clone();
+        let keys: Vec<String> = parts
+            .iter()
+            .map(|p| source.partition_output_key(key, &p.dirs))
+            .collect();
+        if let Some(token) = claim {
+            self.announce_set(source, key, token, &keys, committed_files)
+                .await?;
+        }
         let mut outputs = Vec::with_capacity(parts.len());
-        for (i, part) in parts.iter().enumerate() {
-            let out_key = source.partition_output_key(key, &part.dirs);
+        for (i, (part, out_key)) in parts.iter().zip(keys).enumerate() {
             let expected = committed_files
                 .iter()
                 .find(|o| o.key == out_key && o.bucket == out_bucket)
@@ -1079,7 +1095,57 @@ impl Pipeline {
                 self.faults.check(Step::BetweenPartFiles, key)?;
             }
         }
+        // The committed set's files this one lacks (a partition the object no longer has a row
+        // in) go now, under the claim, as a single output is replaced in place before its
+        // commit: a commit whose reply is lost leaves nothing behind to clean up.
+        if claim.is_some() {
+            for old in committed_files.iter().filter(|o| {
+                o.bucket == out_bucket
+                    && !outputs.iter().any(|n| n.key == o.key)
+                    && Some(o.key.as_str()) != Some(source.rejects_key(key).as_str())
+            }) {
+                self.store
+                    .delete(&old.bucket, &old.key, Some(&old.etag))
+                    .await?;
+            }
+        }
         Ok((stats, outputs))
+    }
+
+    /// Under the claim `token`, before a set's files are written: add `keys` to the record's
+    /// announced files, then delete the files earlier attempts announced that neither this set
+    /// nor the committed one has (an attempt that died between two files, of this version or
+    /// of one never committed). The claim makes this attempt the only writer of the object.
+    async fn announce_set(
+        &self,
+        source: &Source,
+        key: &str,
+        token: &str,
+        keys: &[String],
+        committed_files: &[OutputRef],
+    ) -> Result<()> {
+        let Some(current) = self.ledger.get(source.id(), key).await? else {
+            return Err(ProcessError::ClaimLost {
+                bucket: source.doc.bucket.clone(),
+                key: key.to_string(),
+                source: ClaimLost,
+            });
+        };
+        let earlier = current.writing.clone();
+        let now = self.clock.now_ms();
+        let max = source.doc.max_attempts;
+        self.transition(source, key, current, |r| {
+            protocol::note_writing(r, token, keys, now, max)
+        })
+        .await?;
+        let bucket = &source.doc.output.bucket;
+        for old in earlier
+            .iter()
+            .filter(|k| !keys.contains(k) && !committed_files.iter().any(|c| &c.key == *k))
+        {
+            self.store.delete(bucket, old, None).await?;
+        }
+        Ok(())
     }
 
     /// Write the local file `path` to `bucket/key` under `guard`'s condition: one PUT, or a

@@ -113,6 +113,7 @@ pub fn fresh_claim(req: &ClaimRequest) -> Record {
         note: None,
         updated_at: req.now,
         bookmark: None,
+        writing: Vec::new(),
     };
     record.status = record.derive_status(req.max_attempts);
     record
@@ -334,9 +335,31 @@ pub fn commit(
         .filter(|p| !p.same_as(&committed.target) && !is_older_or_equal(p, &committed.target));
     record.committed = Some(committed);
     record.claim = None;
+    // The set is committed: the files announced before it are either in it or deleted.
+    record.writing.clear();
     record.attempts = 0;
     record.last_error = None;
     record.note = None;
+    Ok(advance(record, now, max_attempts))
+}
+
+/// The claim holder announces the files it is about to write (partitioning by columns):
+/// added to [`Record::writing`], so that whichever attempt comes next can delete those its
+/// own set lacks even if this one dies between two files.
+pub fn note_writing(
+    r: &Record,
+    token: &str,
+    keys: &[String],
+    now: i64,
+    max_attempts: u32,
+) -> Result<Record, ClaimLost> {
+    holding(r, token)?;
+    let mut record = r.clone();
+    for k in keys {
+        if !record.writing.contains(k) {
+            record.writing.push(k.clone());
+        }
+    }
     Ok(advance(record, now, max_attempts))
 }
 

@@ -145,6 +145,9 @@ pub struct ChaosConfig {
     /// Table mode: `orders` and `archive` publish Delta tables, committers run beside the
     /// workers (see the module doc).
     pub table: bool,
+    /// Run `orders_json` partitioned by its rows (`dt` by the day of `ordered_at`, then
+    /// `customer`): each version a set of 1–8 files, crashes between the files of a set.
+    pub partitioned: bool,
     /// Committers running at once (table mode): they race on the tables.
     pub committers: usize,
     /// Feed records a committer takes at most per batch.
@@ -194,6 +197,7 @@ impl ChaosConfig {
             rows: (1, 8),
             lost_share: 0.0,
             table: false,
+            partitioned: false,
             committers: 2,
             // Batches of up to 100 records keep the publishes (each loads the table's whole
             // log: no checkpoints) few enough for the S3 emulator: ≈25 commits per small run.
@@ -205,6 +209,14 @@ impl ChaosConfig {
             // times each step is reached).
             publish_crash_rate: 0.15,
             publish_fault_rate: 0.03,
+        }
+    }
+
+    /// The same run with `orders_json` partitioned by its rows.
+    pub fn with_partitions(self) -> Self {
+        Self {
+            partitioned: true,
+            ..self
         }
     }
 
@@ -845,9 +857,10 @@ impl Ledger for FaultyLedger {
 // ---------------------------------------------------------------------------------------------
 // Crashes
 
-const STEPS: [Step; 4] = [
+const STEPS: [Step; 5] = [
     Step::AfterClaim,
     Step::AfterGet,
+    Step::BetweenPartFiles,
     Step::AfterOutputPut,
     Step::BeforeCommit,
 ];
@@ -859,7 +872,7 @@ fn step_index(step: Step) -> usize {
 /// Crashes injected, by step.
 #[derive(Debug, Default)]
 pub struct CrashStats {
-    counts: [AtomicU64; 4],
+    counts: [AtomicU64; 5],
     decisions: AtomicU64,
 }
 
@@ -933,6 +946,9 @@ const REJECTING: [bool; 3] = [true, true, false];
 /// Share of the versions of a rejecting source that hold 1–3 bad rows.
 const BAD_ROW_SHARE: f64 = 0.15;
 
+/// Sources (by index into [`SOURCES`]) partitioned by their rows in partitioned mode.
+const PARTITIONED: [bool; 3] = [false, true, false];
+
 /// Sources (by index into [`SOURCES`]) that publish a Delta table in table mode, with their
 /// partitioning: `orders` by the date in its keys, `archive` (`on_delete: keep`) not
 /// partitioned; `orders_json` keeps the loose-file path covered.
@@ -940,12 +956,18 @@ const TABLES: [Option<&str>; 3] = [Some("key_date"), None, Some("none")];
 
 /// The suites' sources document with `on_bad_row: reject` on the [`REJECTING`] sources, and
 /// in table mode an `output.table` on the [`TABLES`] sources.
-fn chaos_config(b: &Backends, max_attempts: u32, table: bool) -> Arc<Config> {
+fn chaos_config(b: &Backends, max_attempts: u32, table: bool, partitioned: bool) -> Arc<Config> {
     let mut doc = orders_doc(&b.landing, &b.lake, max_attempts, None);
     let sources = doc["sources"].as_array_mut().expect("sources");
     for (i, source) in sources.iter_mut().enumerate() {
         if REJECTING[i] {
             source["on_bad_row"] = "reject".into();
+        }
+        if partitioned && PARTITIONED[i] {
+            source["output"]["partitioning"] = json!({"columns": [
+                {"from": "ordered_at", "as": "dt", "transform": "day"},
+                {"from": "customer"}
+            ]});
         }
         if let (true, Some(partitioning)) = (table, TABLES[i]) {
             source["output"]["partitioning"] = partitioning.into();
@@ -1630,6 +1652,9 @@ async fn check(
         let source = config.source(id).expect("source in config");
         let keep = source.doc.on_delete == tidemark::config::OnDelete::Keep;
         let table = source.table().is_some();
+        // A partitioned source's version is a set of files the ledger names, each with a part
+        // of the version's rows: checked per object, over its set.
+        let partitioned = source.partition_columns().is_some();
         let mut c = SourceCheck {
             source_id: id.to_string(),
             ..Default::default()
@@ -1677,7 +1702,7 @@ async fn check(
                     c.kept_objects += 1;
                     c.kept.add(&v.totals);
                 }
-                if !table {
+                if !table && !partitioned {
                     expected.insert(source.output_key(&o.key), (o, v));
                     continue;
                 }
@@ -1712,6 +1737,8 @@ async fn check(
         let prefix = source.doc.output.prefix.clone();
         let mut seen: HashMap<i64, u32> = HashMap::new();
         let mut found_outputs = BTreeSet::new();
+        // A partitioned object's files, read: its rows' ids and totals.
+        let mut sets: HashMap<&str, (Vec<i64>, Totals)> = HashMap::new();
         let mut keys = list_all(b, &b.lake, &prefix).await;
         // A table's log is not an output.
         let log_prefix = format!("{prefix}_delta_log/");
@@ -1799,7 +1826,10 @@ async fn check(
                 }
                 continue;
             }
-            c.lake_objects += 1;
+            // A partitioned object counts once, for its set (below).
+            if !partitioned {
+                c.lake_objects += 1;
+            }
             let (totals, ids) = match read {
                 Ok(x) => x,
                 Err(e) => {
@@ -1812,6 +1842,12 @@ async fn check(
                 *seen.entry(*i).or_default() += 1;
             }
             match expected.get(&key) {
+                Some((o, _)) if partitioned => {
+                    found_outputs.insert(key.clone());
+                    let (got, sum) = sets.entry(o.key.as_str()).or_default();
+                    got.extend(ids.iter().copied());
+                    sum.add(&totals);
+                }
                 Some((o, v)) => {
                     found_outputs.insert(key.clone());
                     let want: Vec<i64> = v.ids.clone().collect();
@@ -1838,6 +1874,32 @@ async fn check(
                         format!("{id}: orphan output {key} ({} rows)", totals.rows),
                     );
                 }
+            }
+        }
+        // Each partitioned object's set holds exactly its current version's rows.
+        let mut checked_sets = BTreeSet::new();
+        for (o, v) in expected.values() {
+            if !partitioned || !checked_sets.insert(o.key.as_str()) {
+                continue;
+            }
+            let want: Vec<i64> = v.ids.clone().collect();
+            let (mut got, totals) = sets.remove(o.key.as_str()).unwrap_or_default();
+            if !got.is_empty() {
+                c.lake_objects += 1;
+            }
+            got.sort_unstable();
+            if got != want || totals != v.totals {
+                c.lost_objects += 1;
+                note(
+                    details,
+                    format!(
+                        "{id}: the set of {} holds rows {:?}, not the current {:?} (etag {})",
+                        o.key,
+                        got.first().zip(got.last()),
+                        v.ids,
+                        v.etag
+                    ),
+                );
             }
         }
         for (out_key, (o, v)) in &expected {
@@ -2955,7 +3017,7 @@ pub async fn run(b: &Backends, cfg: ChaosConfig) -> ChaosReport {
     let started = Instant::now();
     let mut durations = Vec::new();
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed);
-    let config = chaos_config(b, cfg.max_attempts, cfg.table);
+    let config = chaos_config(b, cfg.max_attempts, cfg.table, cfg.partitioned);
 
     // 1. Data. Every event is driven only after the uploads of its phase: the keys not
     // staged get all their versions and their delete before any event; the staged ones their

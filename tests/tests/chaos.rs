@@ -63,6 +63,11 @@ fn small_with_tables() -> ChaosConfig {
     ChaosConfig::small(chaos::seed_from_env()).with_table()
 }
 
+/// Every event delivered 1–3 times, `orders_json` partitioned by its rows.
+fn small_partitioned() -> ChaosConfig {
+    ChaosConfig::small(chaos::seed_from_env()).with_partitions()
+}
+
 /// The committers' chaos meant something: publishes crashed at every step, commits landed,
 /// some with many objects, and each table was read back.
 fn assert_committers_crashed_at_every_step(r: &ChaosReport) {
@@ -119,6 +124,32 @@ async fn small_chaos_run_with_lost_events_is_repaired_by_reconcile_on_dynamodb_l
  {
     let r = chaos_run(Backends::aws().await, small_with_lost_events()).await;
     assert!(r.lost_events > 0, "no event was lost");
+}
+
+/// Crashes between the files of a set happened.
+fn assert_sets_crashed(r: &ChaosReport) {
+    let between = r
+        .crashes
+        .iter()
+        .find(|(s, _)| *s == tidemark::process::Step::BetweenPartFiles)
+        .map_or(0, |(_, n)| *n);
+    assert!(
+        between > 0,
+        "no crash between the files of a set\n{}",
+        r.table()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_partitioned_chaos_run_on_the_embedded_backends() {
+    let r = chaos_run(Backends::embedded().await, small_partitioned()).await;
+    assert_sets_crashed(&r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_partitioned_chaos_run_on_dynamodb_local_and_the_s3_emulator() {
+    let r = chaos_run(Backends::aws().await, small_partitioned()).await;
+    assert_sets_crashed(&r);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

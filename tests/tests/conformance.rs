@@ -185,6 +185,7 @@ fn fresh(key: &str) -> Record {
         note: None,
         updated_at: 1_700_000_000_000,
         bookmark: None,
+        writing: Vec::new(),
     }
 }
 
@@ -264,6 +265,7 @@ fn full(key: &str, rev: u64) -> Record {
         note: Some("superseded by etag-3".into()),
         updated_at: 1_700_000_002_000,
         bookmark: Some(full_bookmark()),
+        writing: Vec::new(),
     }
 }
 

@@ -279,6 +279,14 @@ async fn objects_become_sets_of_partition_files(b: Backends) {
         "{name}"
     );
 
+    // An object of no rows: an empty set, committed with no file.
+    ev.put("events/empty.json", "").await;
+    source.insert("events/empty.json".into(), Vec::new());
+    assert!(
+        committed_set(&b, "events/empty.json").await.is_empty(),
+        "{name}"
+    );
+
     // The lake, read by DuckDB with hive partitioning, is the source partition by partition.
     let want = per_partition(source.values().flatten());
     assert_eq!(duckdb_per_partition(&b).await, want, "{name}");
@@ -302,6 +310,11 @@ async fn objects_become_sets_of_partition_files(b: Backends) {
     .await
     .expect("reconcile");
     assert!(report.clean(), "{name}: {report:#?}");
+    assert_eq!(
+        report.deep_checked.len(),
+        source.len(),
+        "{name}: every object deeply"
+    );
     let rows_total: u64 = source.values().map(|r| r.len() as u64).sum();
     let sum_total: i64 = source.values().flatten().map(|r| r.3).sum();
     for t in [
@@ -312,6 +325,47 @@ async fn objects_become_sets_of_partition_files(b: Backends) {
         assert_eq!(t.rows, rows_total, "{name}: {report:#?}");
         assert_eq!(t.sums["amount"], sum_total.to_string(), "{name}");
     }
+}
+
+/// `plan --json` under `config`: the events source's plan.
+async fn plan(b: &Backends, config: &Arc<Config>) -> serde_json::Value {
+    let backend = tidemark_cli::Backend::from_pipeline(b.pipeline_with(config.clone()), b.name);
+    let cli = tidemark_cli::parse_args(["tidemark", "--json", "plan"]).unwrap();
+    let mut out = Vec::new();
+    tidemark_cli::dispatch(cli.command, &backend, cli.json, &mut out)
+        .await
+        .expect("plan runs");
+    let p: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    p["sources"][0].clone()
+}
+
+/// The limit is not part of the configuration; changing what partitions is, and `plan` says
+/// how the files' columns change (a column leaving the path comes back into the files).
+async fn plan_sees_a_partitioning_change_and_not_the_limit(b: Backends) {
+    let name = b.name;
+    let current = config(&b, None);
+    let mut ev = Events::new(&b, &current);
+    ev.put("events/a.json", &jsonl(&rows(1, &[1, 2], &["eu", "us"], 1)))
+        .await;
+    let p = plan(&b, &config(&b, Some(3))).await;
+    assert_eq!(
+        (&p["up_to_date"], &p["stale_config"]["count"]),
+        (&json!(1), &json!(0)),
+        "{name}: {p:#}"
+    );
+    let mut by_day = current.as_ref().clone();
+    by_day.sources[0]
+        .doc
+        .output
+        .partitioning
+        .columns
+        .truncate(1);
+    let by_day = Arc::new(
+        Config::from_json(&json!({"sources": [by_day.sources[0].doc]}).to_string()).unwrap(),
+    );
+    let p = plan(&b, &by_day).await;
+    assert_eq!(p["stale_config"]["count"], 1, "{name}: {p:#}");
+    assert_eq!(p["columns"], json!(["+ region string"]), "{name}: {p:#}");
 }
 
 async fn too_many_partitions_fail_the_object_alone(b: Backends) {
@@ -375,6 +429,16 @@ async fn embedded_objects_become_sets_of_partition_files() {
 #[tokio::test]
 async fn aws_objects_become_sets_of_partition_files() {
     objects_become_sets_of_partition_files(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn embedded_plan_sees_a_partitioning_change_and_not_the_limit() {
+    plan_sees_a_partitioning_change_and_not_the_limit(Backends::embedded().await).await;
+}
+
+#[tokio::test]
+async fn aws_plan_sees_a_partitioning_change_and_not_the_limit() {
+    plan_sees_a_partitioning_change_and_not_the_limit(Backends::aws().await).await;
 }
 
 #[tokio::test]

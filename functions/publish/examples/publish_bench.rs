@@ -222,6 +222,7 @@ async fn prepare(
         note: None,
         updated_at: now,
         bookmark: None,
+        writing: Vec::new(),
     };
     let written = if generation == 0 {
         ledger.create(&record).await?

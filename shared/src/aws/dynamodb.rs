@@ -1136,6 +1136,7 @@ mod tests {
             note: None,
             updated_at: 1,
             bookmark: None,
+            writing: Vec::new(),
         }
     }
 

@@ -3,7 +3,8 @@
 //! Parquet file per partition value, each with the writer settings of every output.
 //!
 //! Memory is bounded whatever the number of partitions: at most `max_open` partition writers
-//! are open at once (each holds the row group it builds); with more partitions the file is
+//! are open at once, each closing its row group at its share of the output's row group size
+//! (at least 1 MiB), so together they hold about one row group; with more partitions the file is
 //! read again for the next `max_open` of them, so an object spread over P partitions is read
 //! `ceil(P / max_open)` times after a first pass that finds its partitions. More than
 //! `max_partitions` partitions fails the object with an error naming the limit.
@@ -111,7 +112,10 @@ pub fn split(
             .collect::<Vec<_>>(),
         schema.metadata().clone(),
     ));
-    let props = writer_builder(spec, spec.row_group_bytes)?
+    // The open writers share one row group's budget: each closes its row group at its share
+    // (at least 1 MiB), so memory stays near what one output's row group takes.
+    let share = (spec.row_group_bytes / max_open.max(1)).max(1 << 20);
+    let props = writer_builder(spec, share)?
         .set_key_value_metadata(metadata)
         .build();
 

@@ -840,6 +840,7 @@ CREATE INDEX ledger_by_status ON ledger (source_id, status);
             note: None,
             updated_at: 7,
             bookmark: None,
+            writing: Vec::new(),
         }
     }
 

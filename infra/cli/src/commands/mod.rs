@@ -89,6 +89,7 @@ pub(crate) mod fixtures {
             note: None,
             updated_at: 5,
             bookmark: None,
+            writing: Vec::new(),
         }
     }
 }

@@ -309,9 +309,18 @@ async fn column_changes(
             (f.name().clone(), ty)
         })
         .collect();
+    // The files' columns: a column partitioned under its own name is in the path instead.
+    let moved: Vec<&str> = source
+        .partition_columns()
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| p.moves_out())
+        .map(|p| p.from.as_str())
+        .collect();
     let now: Vec<(String, String)> = source
         .output_columns()
         .iter()
+        .filter(|c| !moved.contains(&c.name.as_str()))
         .map(|c| (c.name.clone(), c.ty.to_string()))
         .collect();
     let mut changes = Vec::new();

@@ -14,6 +14,11 @@
 //!     numeric column, rows rejected) as JSON. `--bad-rows reject`: the policy
 //!     `on_bad_row: reject`, with no cap. OUT `-`: decode only, nothing encoded
 //!     (`tidemark::convert::count`, reconciliation's recount): the decoder's share.
+//! tidemark-bench partition --format csv|jsonl --compression none|gzip [--schema FILE] --by COL[:TRANSFORM][=NAME] [--by …] IN OUTDIR
+//!     What ingest does for `partitioning: {"columns": …}`: the converter's whole output
+//!     into OUTDIR/whole.parquet, split by the partition columns (`tidemark::convert::split`,
+//!     32 writers open at most) into Hive directories under OUTDIR, the whole file removed;
+//!     prints rows, partitions and the seconds of each phase as JSON.
 //! tidemark-bench spoil --every N IN OUT
 //!     Copies the (uncompressed) CSV or JSON Lines file IN to OUT with the first digit of
 //!     every Nth data line replaced by `x`: a bad `order_id` in CSV, invalid JSON in JSON
@@ -66,6 +71,7 @@ fn main() -> ExitCode {
 
 const USAGE: &str = "usage: tidemark-bench gen [--dataset orders|wide] --rows N --out DIR
        tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] [--threads N] IN OUT|-
+       tidemark-bench partition --format csv|jsonl --compression none|gzip [--schema FILE] --by COL[:TRANSFORM][=NAME] IN OUTDIR
        tidemark-bench spoil --every N IN OUT
        tidemark-bench read --compression none|gzip FILE
        tidemark-bench recompress [--level N] FILE.parquet
@@ -133,6 +139,40 @@ fn run(args: &[String]) -> Result<()> {
                 bad_rows,
                 threads,
                 &columns,
+                Path::new(input),
+                Path::new(output),
+            )
+        }
+        "partition" => {
+            let (opts, positional) =
+                parse(rest, &["--format", "--compression", "--schema", "--by"])?;
+            let [input, output] = positional.as_slice() else {
+                return Err(USAGE.into());
+            };
+            let columns = match option(&opts, "--schema") {
+                None => columns(SCHEMA_JSON)?,
+                Some(file) => {
+                    columns(&fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?)?
+                }
+            };
+            let format = match required(&opts, "--format")? {
+                "csv" => InputFormat::Csv(CsvOptions::default()),
+                "jsonl" => InputFormat::JsonLines,
+                other => return Err(format!("unknown format {other:?}").into()),
+            };
+            let by: Vec<tidemark::partition::PartitionColumn> = opts
+                .iter()
+                .filter(|(n, _)| *n == "--by")
+                .map(|(_, v)| partition_column(v))
+                .collect::<Result<_>>()?;
+            if by.is_empty() {
+                return Err(format!("give at least one --by\n{USAGE}").into());
+            }
+            partition_file(
+                format,
+                compression(required(&opts, "--compression")?)?,
+                &columns,
+                &by,
                 Path::new(input),
                 Path::new(output),
             )
@@ -285,6 +325,81 @@ fn convert_file(
     let mut printed = serde_json::to_value(&stats)?;
     printed["rejected"] = stats.rejects.len().into();
     println!("{printed}");
+    Ok(())
+}
+
+/// `COL[:TRANSFORM][=NAME]` as a partition column.
+fn partition_column(text: &str) -> Result<tidemark::partition::PartitionColumn> {
+    let (column, name) = match text.split_once('=') {
+        Some((c, n)) => (c, Some(n.to_string())),
+        None => (text, None),
+    };
+    let (from, transform) = match column.split_once(':') {
+        Some((f, t)) => (f, serde_json::from_value(serde_json::json!(t))?),
+        None => (column, tidemark::partition::Transform::Identity),
+    };
+    Ok(tidemark::partition::PartitionColumn {
+        from: from.to_string(),
+        name,
+        transform,
+    })
+}
+
+/// The converter's output of `input` split by `by` under `output` (see the usage).
+fn partition_file(
+    format: InputFormat,
+    compression: Compression,
+    columns: &[ColumnSpec],
+    by: &[tidemark::partition::PartitionColumn],
+    input: &Path,
+    output: &Path,
+) -> Result<()> {
+    let mut spec = ConvertSpec::with_columns(format, columns);
+    spec.compression = compression;
+    spec.sum_columns = columns
+        .iter()
+        .filter(|c| c.ty.is_summable())
+        .map(|c| c.name.clone())
+        .collect();
+    spec.max_decoded_bytes = Some(64 << 30);
+    fs::create_dir_all(output)?;
+    let whole = output.join("whole.parquet");
+    let started = Instant::now();
+    let source = File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(&whole)?);
+    let stats = convert(source, &spec, &mut out)?;
+    out.flush()?;
+    drop(out);
+    let converted = started.elapsed().as_secs_f64();
+    let parts = tidemark::convert::split(
+        &whole,
+        (stats.rows, &stats.sums),
+        &spec,
+        by,
+        &spec.sum_columns,
+        (32, 100_000),
+        output,
+    )?;
+    if whole.exists() {
+        fs::remove_file(&whole)?;
+    }
+    // Each partition's file under its Hive directories, as the lake has them.
+    let mut rows = 0;
+    for part in &parts {
+        let dir = output.join(&part.dirs);
+        fs::create_dir_all(&dir)?;
+        fs::rename(&part.path, dir.join("data.parquet"))?;
+        rows += part.rows;
+    }
+    let split = started.elapsed().as_secs_f64() - converted;
+    if rows != stats.rows {
+        return Err(format!("the partitions hold {rows} rows, the object {}", stats.rows).into());
+    }
+    println!(
+        "{}",
+        serde_json::json!({"rows": rows, "partitions": parts.len(),
+                           "convert_seconds": converted, "split_seconds": split})
+    );
     Ok(())
 }
 

@@ -1038,9 +1038,19 @@ impl Pipeline {
             let stats = convert(reader, &spec, &mut file)?;
             std::io::Write::flush(&mut file)?;
             drop(file);
-            let parts =
-                crate::convert::split(&whole, &spec, &columns_owned, &sums, limits, &work_dir)?;
-            std::fs::remove_file(&whole)?;
+            let totals = (stats.rows, &stats.sums);
+            let parts = crate::convert::split(
+                &whole,
+                totals,
+                &spec,
+                &columns_owned,
+                &sums,
+                limits,
+                &work_dir,
+            )?;
+            if whole.exists() {
+                std::fs::remove_file(&whole)?;
+            }
             Ok::<_, ConvertError>((stats, parts))
         })
         .await;

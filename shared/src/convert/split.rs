@@ -71,10 +71,14 @@ fn dirs_of(
         .collect()
 }
 
-/// Split `whole` (the object's output) into one file per partition under `dir`, in the order
-/// the partitions first appear; `sum_columns` are summed per file.
+/// Split `whole` (the object's output, of `totals`: its rows and sums) into one file per
+/// partition under `dir`, in the order the partitions first appear; `sum_columns` are summed
+/// per file. An object of one partition whose columns all stay in the files is that file as
+/// it is (moved, not rewritten).
+#[allow(clippy::too_many_arguments)]
 pub fn split(
     whole: &Path,
+    totals: (u64, &BTreeMap<String, SumValue>),
     spec: &ConvertSpec,
     columns: &[PartitionColumn],
     sum_columns: &[String],
@@ -119,12 +123,21 @@ pub fn split(
         .set_key_value_metadata(metadata)
         .build();
 
-    // First pass: the partitions, in order of first appearance.
+    // First pass, over the partition columns alone: the partitions, in order of first
+    // appearance.
     let mut order: Vec<String> = Vec::new();
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for batch in builder.build().map_err(encode)? {
+    let mut roots: Vec<usize> = index.iter().map(|(i, _)| *i).collect();
+    roots.sort_unstable();
+    roots.dedup();
+    let mask = parquet::arrow::ProjectionMask::roots(builder.parquet_schema(), roots.clone());
+    let projected: Vec<(usize, &PartitionColumn)> = index
+        .iter()
+        .map(|(i, c)| (roots.iter().filter(|r| *r < i).count(), *c))
+        .collect();
+    for batch in builder.with_projection(mask).build().map_err(encode)? {
         let batch = batch.map_err(encode)?;
-        for d in dirs_of(&batch, &index)? {
+        for d in dirs_of(&batch, &projected)? {
             if !seen.contains_key(&d) {
                 if order.len() == max_partitions {
                     return Err(ConvertError::Parse {
@@ -142,6 +155,17 @@ pub fn split(
         }
     }
 
+    // One partition, every column kept: the file is already the partition's.
+    if order.len() == 1 && kept.len() == schema.fields().len() {
+        let path = dir.join("part-000000.parquet");
+        std::fs::rename(whole, &path)?;
+        return Ok(vec![PartFile {
+            dirs: order.remove(0),
+            path,
+            rows: totals.0,
+            sums: totals.1.clone(),
+        }]);
+    }
     // Then the files, `max_open` partitions per pass.
     let mut parts = Vec::with_capacity(order.len());
     for (pass, chunk) in order.chunks(max_open.max(1)).enumerate() {
@@ -195,4 +219,115 @@ pub fn split(
         }
     }
     Ok(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::convert::{InputFormat, convert};
+    use crate::partition::Transform;
+
+    fn column(from: &str, name: Option<&str>, transform: Transform) -> PartitionColumn {
+        PartitionColumn {
+            from: from.into(),
+            name: name.map(str::to_string),
+            transform,
+        }
+    }
+
+    #[test]
+    fn columns_in_any_order_and_twice_over_one_column_split_the_rows() {
+        let dir = std::env::temp_dir().join(format!("tidemark-split-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let columns: Vec<crate::schema::ColumnSpec> = serde_json::from_str(
+            r#"[{"name":"n","type":"int64"},{"name":"at","type":"timestamp"},{"name":"region","type":"string"}]"#,
+        )
+        .unwrap();
+        let mut spec = ConvertSpec::with_columns(InputFormat::JsonLines, &columns);
+        spec.sum_columns = vec!["n".into()];
+        let input = concat!(
+            r#"{"n":1,"at":"2026-11-29T10:00:00Z","region":"eu"}"#,
+            "\n",
+            r#"{"n":2,"at":"2026-12-01T10:00:00Z","region":"eu"}"#,
+            "\n",
+            r#"{"n":4,"at":"2026-11-30T10:00:00Z","region":"us"}"#,
+            "\n",
+            r#"{"n":8,"at":"2026-11-02T10:00:00Z","region":"eu"}"#,
+            "\n",
+        );
+        let whole = dir.join("whole.parquet");
+        let mut out = std::fs::File::create(&whole).unwrap();
+        let stats = convert(input.as_bytes(), &spec, &mut out).unwrap();
+        drop(out);
+        let by = [
+            column("region", None, Transform::Identity),
+            column("at", Some("y"), Transform::Year),
+            column("at", Some("m"), Transform::Month),
+        ];
+        let parts = split(
+            &whole,
+            (stats.rows, &stats.sums),
+            &spec,
+            &by,
+            &spec.sum_columns,
+            (2, 10),
+            &dir,
+        )
+        .unwrap();
+        let got: Vec<(String, u64, String)> = parts
+            .iter()
+            .map(|p| (p.dirs.clone(), p.rows, p.sums["n"].to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "region=eu/y=2026/m=2026-11/".to_string(),
+                    2,
+                    "9".to_string()
+                ),
+                (
+                    "region=eu/y=2026/m=2026-12/".to_string(),
+                    1,
+                    "2".to_string()
+                ),
+                (
+                    "region=us/y=2026/m=2026-11/".to_string(),
+                    1,
+                    "4".to_string()
+                ),
+            ]
+        );
+        // `region` left the files: its value is the directory.
+        let file = std::fs::File::open(&parts[0].path).unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        let names: Vec<String> = reader
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["n", "at"]);
+        // Over the limit: an error naming it.
+        let whole2 = dir.join("again.parquet");
+        let mut out = std::fs::File::create(&whole2).unwrap();
+        convert(input.as_bytes(), &spec, &mut out).unwrap();
+        drop(out);
+        let e = split(
+            &whole2,
+            (stats.rows, &stats.sums),
+            &spec,
+            &by,
+            &spec.sum_columns,
+            (2, 2),
+            &dir,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("more than 2 partitions (max_partitions_per_object)"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -264,17 +264,9 @@ fn convert_file(
     input: &Path,
     output: &Path,
 ) -> Result<()> {
-    // With the columns' options: a `path` says where a nested record holds the value.
-    let mut spec = ConvertSpec::with_columns(format, columns);
-    spec.compression = compression;
+    let mut spec = base_spec(format, compression, columns);
     spec.bad_rows = bad_rows;
     spec.threads = threads;
-    spec.sum_columns = columns
-        .iter()
-        .filter(|c| c.ty.is_summable())
-        .map(|c| c.name.clone())
-        .collect();
-    spec.max_decoded_bytes = Some(64 << 30);
     spec.zstd_level = match std::env::var("BENCH_ZSTD_LEVEL") {
         // A source's `output.zstd_level`, for measuring other levels.
         Ok(level) => level
@@ -328,6 +320,20 @@ fn convert_file(
     Ok(())
 }
 
+/// The spec both conversions start from: the columns with their options (a `path` says where
+/// a nested record holds the value), every numeric column summed, no decoded-size limit.
+fn base_spec(format: InputFormat, compression: Compression, columns: &[ColumnSpec]) -> ConvertSpec {
+    let mut spec = ConvertSpec::with_columns(format, columns);
+    spec.compression = compression;
+    spec.sum_columns = columns
+        .iter()
+        .filter(|c| c.ty.is_summable())
+        .map(|c| c.name.clone())
+        .collect();
+    spec.max_decoded_bytes = Some(64 << 30);
+    spec
+}
+
 /// `COL[:TRANSFORM][=NAME]` as a partition column.
 fn partition_column(text: &str) -> Result<tidemark::partition::PartitionColumn> {
     let (column, name) = match text.split_once('=') {
@@ -354,14 +360,7 @@ fn partition_file(
     input: &Path,
     output: &Path,
 ) -> Result<()> {
-    let mut spec = ConvertSpec::with_columns(format, columns);
-    spec.compression = compression;
-    spec.sum_columns = columns
-        .iter()
-        .filter(|c| c.ty.is_summable())
-        .map(|c| c.name.clone())
-        .collect();
-    spec.max_decoded_bytes = Some(64 << 30);
+    let spec = base_spec(format, compression, columns);
     fs::create_dir_all(output)?;
     let whole = output.join("whole.parquet");
     let started = Instant::now();

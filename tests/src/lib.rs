@@ -434,6 +434,33 @@ impl Backends {
         RunContext::new(run_id, self.clock.now_ms())
     }
 
+    /// Reconcile `source` of `config` over every object landed so far, both tiers on every
+    /// object, without repair: the report (the caller asserts it clean).
+    pub async fn reconcile_all(
+        &self,
+        config: &Arc<Config>,
+        source: &str,
+    ) -> tidemark::reconcile::SourceReport {
+        use tidemark::ports::Clock;
+        let source = config.source(source).expect("the source");
+        tidemark::reconcile::reconcile_source(
+            &self.pipeline_with(config.clone()),
+            source,
+            tidemark::reconcile::Window {
+                from_ms: 0,
+                to_ms: self.clock.now_ms() + 86_400_000,
+            },
+            tidemark::reconcile::Options {
+                repair: false,
+                deep_sample: Some(1.0),
+                ..tidemark::reconcile::Options::default()
+            },
+            &self.ctx("reconcile"),
+        )
+        .await
+        .expect("reconcile")
+    }
+
     /// One call of the backfill planner, sending to this pair's queue, with no deadline.
     pub async fn plan(
         &self,

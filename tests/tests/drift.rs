@@ -15,7 +15,6 @@ use arrow_array::{Array, RecordBatch, StringArray};
 use serde_json::{Value, json};
 use tidemark::config::Config;
 use tidemark::model::Target;
-use tidemark::reconcile::{self, Options, Window};
 use tidemark_cli::Backend;
 use tidemark_tests::{Backends, Events};
 
@@ -347,23 +346,7 @@ async fn drift_becomes_columns(b: Backends) {
 
     // Reconcile, both tiers on every object: clean, and the totals agree.
     let new_config = config(&new);
-    let source = new_config.source(TRAIL).unwrap();
-    let report = reconcile::reconcile_source(
-        &pipeline,
-        source,
-        Window {
-            from_ms: 0,
-            to_ms: b.clock.now_ms() + 86_400_000,
-        },
-        Options {
-            repair: false,
-            deep_sample: Some(1.0),
-            ..Options::default()
-        },
-        &b.ctx("reconcile"),
-    )
-    .await
-    .expect("reconcile");
+    let report = b.reconcile_all(&new_config, TRAIL).await;
     assert!(report.clean(), "{name}: {report:#?}");
     assert_eq!(report.deep_checked.len(), 5, "{name}");
     for t in [
@@ -398,8 +381,6 @@ async fn drift_becomes_columns(b: Backends) {
     );
     assert_eq!(r["proposed"], Value::Null, "{name}: {r:#}");
 }
-
-use tidemark::ports::Clock as _;
 
 #[tokio::test]
 async fn embedded_drift_becomes_columns() {

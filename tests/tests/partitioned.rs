@@ -12,9 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use tidemark::config::Config;
-use tidemark::ports::Clock as _;
 use tidemark::process::{Faults, Step};
-use tidemark::reconcile::{self, Options, Window};
 use tidemark_tests::{Backends, Events, LEASE_MARGIN_MS};
 
 const EVENTS: &str = "events";
@@ -292,23 +290,7 @@ async fn objects_become_sets_of_partition_files(b: Backends) {
     assert_eq!(duckdb_per_partition(&b).await, want, "{name}");
 
     // Reconcile, both tiers on every object: clean.
-    let source_cfg = config.source(EVENTS).unwrap();
-    let report = reconcile::reconcile_source(
-        &b.pipeline_with(config.clone()),
-        source_cfg,
-        Window {
-            from_ms: 0,
-            to_ms: b.clock.now_ms() + 86_400_000,
-        },
-        Options {
-            repair: false,
-            deep_sample: Some(1.0),
-            ..Options::default()
-        },
-        &b.ctx("reconcile"),
-    )
-    .await
-    .expect("reconcile");
+    let report = b.reconcile_all(&config, EVENTS).await;
     assert!(report.clean(), "{name}: {report:#?}");
     assert_eq!(
         report.deep_checked.len(),

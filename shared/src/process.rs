@@ -507,7 +507,11 @@ impl Pipeline {
                     // did not overwrite (a delete has already handled them by policy). A
                     // table's files are removed from the table by the committer and deleted
                     // by its VACUUM, never here.
-                    if matches!(claimed, Target::Version(_)) && source.table().is_none() {
+                    // A partitioned set deleted those before its commit (convert_partitioned).
+                    if matches!(claimed, Target::Version(_))
+                        && source.table().is_none()
+                        && source.partition_columns().is_none()
+                    {
                         for old in old_files.iter().filter(|o| {
                             !new_files
                                 .iter()
@@ -793,11 +797,6 @@ impl Pipeline {
                         .flatten(),
                     committed_etag(source.rejects_key(key)),
                 );
-                let committed_files: Vec<OutputRef> = record
-                    .committed
-                    .iter()
-                    .flat_map(|c| c.files().cloned())
-                    .collect();
                 let Some(Converted {
                     version,
                     stats,
@@ -808,7 +807,7 @@ impl Pipeline {
                         source,
                         key,
                         v,
-                        (expected.0, expected.1, &committed_files),
+                        (expected.0, expected.1, Some(record)),
                         Some(token),
                         ctx,
                     )
@@ -909,7 +908,8 @@ impl Pipeline {
 
     /// GET the version pinned to its ETag, convert it and write its output (and its rejects
     /// file). `expected` holds the ETags the ledger has for the output and the rejects file,
-    /// and the files of the committed version (a partitioned set's expected ETags);
+    /// and the record as the claim left it (`None` outside the ledger: a partitioned set's
+    /// expected ETags and announced files);
     /// `claim` is the token of the claim the write is made under, `None` for a write outside
     /// the ledger (see [`Guard::untracked`]). `None` when the object is no longer that version.
     async fn convert_version(
@@ -917,10 +917,10 @@ impl Pipeline {
         source: &Source,
         key: &str,
         version: &VersionRef,
-        (expected_output, expected_rejects, committed_files): (
+        (expected_output, expected_rejects, record): (
             Option<String>,
             Option<String>,
-            &[OutputRef],
+            Option<&Record>,
         ),
         claim: Option<&str>,
         ctx: &RunContext,
@@ -960,7 +960,7 @@ impl Pipeline {
                     spec,
                     (source, key, claim),
                     columns,
-                    committed_files,
+                    record,
                     &metadata,
                     &guard,
                 )
@@ -1016,7 +1016,7 @@ impl Pipeline {
         spec: crate::convert::ConvertSpec,
         (source, key, claim): (&Source, &str, Option<&str>),
         columns: &[crate::partition::PartitionColumn],
-        committed_files: &[OutputRef],
+        record: Option<&Record>,
         metadata: &BTreeMap<String, String>,
         guard: &Guard<'_>,
     ) -> Result<(ConvertStats, Vec<OutputRef>)> {
@@ -1073,9 +1073,12 @@ impl Pipeline {
             .iter()
             .map(|p| source.partition_output_key(key, &p.dirs))
             .collect();
-        if let Some(token) = claim {
-            self.announce_set(source, key, token, &keys, committed_files)
-                .await?;
+        let committed_files: Vec<OutputRef> = record
+            .and_then(|r| r.committed.as_ref())
+            .map(|c| c.files().cloned().collect())
+            .unwrap_or_default();
+        if let (Some(token), Some(record)) = (claim, record) {
+            self.announce_set(source, key, token, &keys, record).await?;
         }
         let mut outputs = Vec::with_capacity(parts.len());
         for (i, (part, out_key)) in parts.iter().zip(keys).enumerate() {
@@ -1132,27 +1135,21 @@ impl Pipeline {
         key: &str,
         token: &str,
         keys: &[String],
-        committed_files: &[OutputRef],
+        record: &Record,
     ) -> Result<()> {
-        let Some(current) = self.ledger.get(source.id(), key).await? else {
-            return Err(ProcessError::ClaimLost {
-                bucket: source.doc.bucket.clone(),
-                key: key.to_string(),
-                source: ClaimLost,
-            });
-        };
-        let earlier = current.writing.clone();
+        // The record as the claim left it: under the claim nobody else writes it.
+        let earlier = record.writing.clone();
+        let committed = record.committed.as_ref();
         let now = self.clock.now_ms();
         let max = source.doc.max_attempts;
-        self.transition(source, key, current, |r| {
+        self.transition(source, key, record.clone(), |r| {
             protocol::note_writing(r, token, keys, now, max)
         })
         .await?;
         let bucket = &source.doc.output.bucket;
-        for old in earlier
-            .iter()
-            .filter(|k| !keys.contains(k) && !committed_files.iter().any(|c| &c.key == *k))
-        {
+        for old in earlier.iter().filter(|k| {
+            !keys.contains(k) && !committed.is_some_and(|c| c.files().any(|o| &o.key == *k))
+        }) {
             self.store.delete(bucket, old, None).await?;
         }
         Ok(())
@@ -1518,7 +1515,7 @@ impl Pipeline {
             return Ok(Outcome::Skipped(Skip::Duplicate));
         }
         match self
-            .convert_version(source, key, &version, (None, None, &[]), None, ctx)
+            .convert_version(source, key, &version, (None, None, None), None, ctx)
             .await
         {
             Ok(Some(converted)) => Ok(Outcome::Untracked {

@@ -636,16 +636,20 @@ pub async fn rescued(
                 .map_err(|e| format!("the proposed source is not valid: {e}"))?;
             let mut widen = None;
             for (i, (object, path)) in picked.iter().zip(&local).enumerate() {
-                let name = format!("s3://{}/{}", doc.bucket, object.key);
+                let checked = |rescued_after, rows, why| Checked {
+                    object: format!("s3://{}/{}", doc.bucket, object.key),
+                    rescued_before: object.rescued,
+                    bad_value_rows: bad_rows[i],
+                    rescued_after,
+                    rows,
+                    why,
+                };
                 let Some(path) = path else {
-                    outcomes.push(Checked {
-                        object: name,
-                        rescued_before: object.rescued,
-                        bad_value_rows: bad_rows[i],
-                        rescued_after: None,
-                        rows: None,
-                        why: Some("the committed version is no longer current: not checked".into()),
-                    });
+                    outcomes.push(checked(
+                        None,
+                        None,
+                        Some("the committed version is no longer current: not checked".into()),
+                    ));
                     continue;
                 };
                 let report = convert_file(
@@ -659,14 +663,7 @@ pub async fn rescued(
                     },
                 )?;
                 match (&report.result, &report.error) {
-                    (Some(r), _) => outcomes.push(Checked {
-                        object: name,
-                        rescued_before: object.rescued,
-                        bad_value_rows: bad_rows[i],
-                        rescued_after: Some(r.rescued),
-                        rows: Some(r.rows),
-                        why: None,
-                    }),
+                    (Some(r), _) => outcomes.push(checked(Some(r.rescued), Some(r.rows), None)),
                     (None, failure) => {
                         let message = failure
                             .as_ref()
@@ -676,14 +673,7 @@ pub async fn rescued(
                         {
                             widen = Some((column, message.clone()));
                         }
-                        outcomes.push(Checked {
-                            object: name,
-                            rescued_before: object.rescued,
-                            bad_value_rows: bad_rows[i],
-                            rescued_after: None,
-                            rows: None,
-                            why: Some(message),
-                        });
+                        outcomes.push(checked(None, None, Some(message)));
                     }
                 }
             }

@@ -396,12 +396,6 @@ fn check_partitioning(doc: &SourceDoc, at: &str) -> Result<(), ConfigError> {
     if out.partitioning.columns.is_empty() {
         return Err(invalid(here, "at least one partition column"));
     }
-    if out.table.is_some() {
-        return Err(invalid(
-            here,
-            "partitioning by columns is not yet available for a source with output.table",
-        ));
-    }
     if doc.bookmark.is_some() {
         return Err(invalid(
             here,
@@ -458,6 +452,31 @@ fn check_partitioning(doc: &SourceDoc, at: &str) -> Result<(), ConfigError> {
                 format!("{path}.from"),
                 format!("{:?} is summed: it cannot leave the files", p.from),
             ));
+        }
+        if let (true, Some(table)) = (p.moves_out(), &out.table) {
+            // The value is then only in the Delta log, as a partition value of the column's
+            // type; Delta writes timestamps there as `2026-11-29 13:00:00`, not as the path.
+            if c.ty.scalar() == Some(ColumnType::Timestamp) {
+                return Err(invalid(
+                    format!("{path}.as"),
+                    format!(
+                        "{:?} is a timestamp: in a Delta table it cannot leave the files; \
+                         partition by its hour or day, or give the partition another name",
+                        p.from
+                    ),
+                ));
+            }
+            let merged = table.merge_keys.iter().chain(&table.merge_order);
+            if merged.into_iter().any(|k| k == &p.from) {
+                return Err(invalid(
+                    format!("{path}.from"),
+                    format!(
+                        "{:?} is a merge key or order: it cannot leave the files (give the \
+                         partition another name)",
+                        p.from
+                    ),
+                ));
+            }
         }
     }
     Ok(())
@@ -1474,6 +1493,37 @@ impl Source {
         format!("{}{dirs}{rel}.parquet", self.doc.output.prefix)
     }
 
+    /// Whether `bucket/out_key` is a name this source gives an output of `key`: its output
+    /// key; with a table, any file under the table's root; partitioned by the data, the
+    /// object's file in any partition of the source's columns.
+    pub fn names_output(&self, key: &str, bucket: &str, out_key: &str) -> bool {
+        let out = &self.doc.output;
+        if bucket != out.bucket {
+            return false;
+        }
+        if self.table().is_some() {
+            return out_key.starts_with(&out.prefix);
+        }
+        let Some(columns) = self.partition_columns() else {
+            return out_key == self.output_key(key);
+        };
+        let Some(mut rest) = out_key.strip_prefix(out.prefix.as_str()) else {
+            return false;
+        };
+        for c in columns {
+            let Some(after) = rest
+                .strip_prefix(c.name())
+                .and_then(|r| r.strip_prefix('='))
+                .and_then(|r| r.split_once('/'))
+            else {
+                return false;
+            };
+            rest = after.1;
+        }
+        let rel = key.strip_prefix(self.doc.prefix.as_str()).unwrap_or(key);
+        rest.strip_suffix(".parquet") == Some(rel)
+    }
+
     /// The partition columns, when the outputs are partitioned by the data.
     pub fn partition_columns(&self) -> Option<&[crate::partition::PartitionColumn]> {
         let p = &self.doc.output.partitioning;
@@ -1504,6 +1554,27 @@ impl Source {
         } else {
             format!("{dir}/")
         };
+        format!("{dir}{}", self.table_file_name(key, version, claim))
+    }
+
+    /// [`Source::table_output_key`] of `key`'s rows in the partition `dirs`, under
+    /// `partitioning: {"columns": …}`: `<prefix><dirs><name>-<MD5>-<hash>.parquet`.
+    pub fn table_partition_output_key(
+        &self,
+        key: &str,
+        dirs: &str,
+        version: &str,
+        claim: &str,
+    ) -> String {
+        format!(
+            "{}{dirs}{}",
+            self.doc.output.prefix,
+            self.table_file_name(key, version, claim)
+        )
+    }
+
+    /// The file name of a table output (see [`Source::table_output_key`]).
+    fn table_file_name(&self, key: &str, version: &str, claim: &str) -> String {
         let rel = key.strip_prefix(self.doc.prefix.as_str()).unwrap_or(key);
         let mut name: String = rel
             .bytes()
@@ -1517,7 +1588,7 @@ impl Source {
             .collect();
         name.truncate(80);
         format!(
-            "{dir}{name}-{}-{:016x}.parquet",
+            "{name}-{}-{:016x}.parquet",
             table_key_hash(key),
             fnv1a(&format!("{version}\n{claim}"))
         )
@@ -2025,6 +2096,16 @@ mod tests {
             ))
         };
         let c = with(r#"{"columns":[{"from":"id","as":"bucket_id"}]}"#).unwrap();
+        let s = &c.sources[0];
+        assert!(s.names_output("orders/a/b.csv", "lake", "out/bucket_id=7/a/b.csv.parquet"));
+        for (bucket, other) in [
+            ("lake", "out/a/b.csv.parquet"),
+            ("lake", "out/bucket_id=7/a/c.csv.parquet"),
+            ("lake", "out/region=7/a/b.csv.parquet"),
+            ("other", "out/bucket_id=7/a/b.csv.parquet"),
+        ] {
+            assert!(!s.names_output("orders/a/b.csv", bucket, other), "{other}");
+        }
         let columns = c.sources[0].partition_columns().expect("columns");
         assert_eq!(columns[0].name(), "bucket_id");
         assert_eq!(c.sources[0].max_partitions(), 1000);
@@ -2068,15 +2149,47 @@ mod tests {
             let e = with(bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
-        let table = doc("").replace(
-            r#""prefix":"orders/"}"#,
-            r#""prefix":"out/","partitioning":{"columns":[{"from":"id","as":"k"}]},"table":{"format":"delta"}}"#,
+        let table = |partitioning: &str, table: &str| {
+            let d = doc("").replace(
+                r#"{"name":"amount""#,
+                r#"{"name":"ts","type":"timestamp"},{"name":"amount""#,
+            );
+            Config::from_json(&d.replace(
+                r#""prefix":"orders/"}"#,
+                &format!(
+                    r#""prefix":"out/","partitioning":{{"columns":[{partitioning}]}},"table":{table}}}"#
+                ),
+            ))
+        };
+        let c = table(r#"{"from":"id","as":"k"}"#, r#"{"format":"delta"}"#).unwrap();
+        assert_eq!(
+            c.sources[0].table_partition_output_key("orders/a/b.csv", "k=7/", "v1", "t"),
+            format!(
+                "out/k=7/a_b.csv-{}-{:016x}.parquet",
+                table_key_hash("orders/a/b.csv"),
+                fnv1a("v1\nt")
+            )
         );
-        let e = Config::from_json(&table).unwrap_err().to_string();
-        assert!(
-            e.contains("not yet available for a source with output.table"),
-            "{e}"
-        );
+        for (partitioning, t, says) in [
+            (
+                r#"{"from":"ts"}"#,
+                r#"{"format":"delta"}"#,
+                "cannot leave the files; partition by its hour",
+            ),
+            (
+                r#"{"from":"id"}"#,
+                r#"{"format":"delta","merge_keys":["id"]}"#,
+                "is a merge key or order",
+            ),
+        ] {
+            let e = table(partitioning, t).unwrap_err().to_string();
+            assert!(e.contains(says), "{partitioning} {t}: {e}");
+        }
+        table(
+            r#"{"from":"ts","as":"day","transform":"day"}"#,
+            r#"{"format":"delta","merge_keys":["id"],"merge_order":"ts"}"#,
+        )
+        .unwrap();
     }
 
     #[test]

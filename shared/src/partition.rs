@@ -128,6 +128,30 @@ pub fn escape(value: &str) -> String {
     out
 }
 
+/// The value a folder name stands for: [`escape`] undone (`%XX` bytes decoded; anything else,
+/// a stray `%` included, kept as it is).
+pub fn unescape(name: &str) -> String {
+    let bytes = name.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%'
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            )
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| name.to_string())
+}
+
 /// The partition value of row `row` of `array` (an output column) under `transform`, escaped;
 /// [`DEFAULT_PARTITION`] for NULL.
 pub fn value_at(array: &ArrayRef, row: usize, transform: Transform) -> Result<String, String> {
@@ -192,6 +216,11 @@ mod tests {
         assert_eq!(escape("é ü"), "é ü");
         assert_eq!(escape(""), DEFAULT_PARTITION);
         assert_eq!(escape("{[]}^?*#'\""), "%7B%5B%5D}%5E%3F%2A%23%27%22");
+        for value in ["eu-west-1", "a/b=c:d", "100%", "x\ny", "é ü", "{[]}^?*#'\""] {
+            assert_eq!(unescape(&escape(value)), value);
+        }
+        assert_eq!(unescape("50%"), "50%");
+        assert_eq!(unescape("%zz%4"), "%zz%4");
     }
 
     #[test]

@@ -940,6 +940,7 @@ impl Pipeline {
                 });
             }
         };
+        let named_version = version.version.clone();
         let Some((version, body, object)) = self.get_pinned(source, key, version).await? else {
             return Ok(None);
         };
@@ -958,7 +959,7 @@ impl Pipeline {
                 self.convert_partitioned(
                     body,
                     spec,
-                    (source, key, claim),
+                    (source, key, &named_version, claim),
                     columns,
                     record,
                     &metadata,
@@ -1008,13 +1009,15 @@ impl Pipeline {
     /// under the conditions of any output (its committed ETag when the committed set has the
     /// same key, else absent; a leftover of an attempt that never committed is replaced). The
     /// set is committed together by the caller; a crash between two files leaves files the
-    /// ledger does not count, and the retry rebuilds the same set.
+    /// ledger does not count, and the retry rebuilds the same set. A source with a table
+    /// writes names of this claim's own ([`Source::table_partition_output_key`]) and leaves
+    /// the committed set's files to the table's VACUUM.
     #[allow(clippy::too_many_arguments)]
     async fn convert_partitioned(
         &self,
         body: Body,
         spec: crate::convert::ConvertSpec,
-        (source, key, claim): (&Source, &str, Option<&str>),
+        (source, key, version, claim): (&Source, &str, &str, Option<&str>),
         columns: &[crate::partition::PartitionColumn],
         record: Option<&Record>,
         metadata: &BTreeMap<String, String>,
@@ -1069,9 +1072,13 @@ impl Pipeline {
             Err(join) => return Err(ProcessError::Internal(join.to_string())),
         };
         let out_bucket = source.doc.output.bucket.clone();
+        let table_claim = source.table().and(claim);
         let keys: Vec<String> = parts
             .iter()
-            .map(|p| source.partition_output_key(key, &p.dirs))
+            .map(|p| match table_claim {
+                Some(token) => source.table_partition_output_key(key, &p.dirs, version, token),
+                None => source.partition_output_key(key, &p.dirs),
+            })
             .collect();
         let committed_files: Vec<OutputRef> = record
             .and_then(|r| r.committed.as_ref())
@@ -1111,7 +1118,8 @@ impl Pipeline {
         // The committed set's files this one lacks (a partition the object no longer has a row
         // in) go now, under the claim, as a single output is replaced in place before its
         // commit: a commit whose reply is lost leaves nothing behind to clean up.
-        if claim.is_some() {
+        // A table's files are the table's: a reader of an older snapshot may be reading them.
+        if claim.is_some() && source.table().is_none() {
             for old in committed_files.iter().filter(|o| {
                 o.bucket == out_bucket
                     && !outputs.iter().any(|n| n.key == o.key)

@@ -403,6 +403,330 @@ async fn too_many_partitions_fail_the_object_alone(b: Backends) {
     );
 }
 
+/// The events source publishing a Delta table (merged by `id`, latest `at` winning, when
+/// `merge`).
+fn table_config(b: &Backends, merge: bool) -> Arc<Config> {
+    let mut doc = serde_json::to_value(&config(b, None).sources[0].doc).unwrap();
+    doc["output"]["table"] = if merge {
+        json!({"format": "delta", "merge_keys": ["id"], "merge_order": "at"})
+    } else {
+        json!({"format": "delta"})
+    };
+    Arc::new(Config::from_json(&json!({"sources": [doc]}).to_string()).expect("valid document"))
+}
+
+/// The Delta table read by the Python `deltalake` package: rows and sum per partition, and
+/// the ids.
+fn delta_per_partition(uri: &str) -> (BTreeMap<String, (u64, i64)>, Vec<i64>) {
+    let t = tidemark_tests::table_reader::read_table(uri, None);
+    let columns: Vec<&str> = t["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let at = |name: &str| columns.iter().position(|c| *c == name).expect(name);
+    let (dt, region, amount, id) = (at("dt"), at("region"), at("amount"), at("id"));
+    let mut out = BTreeMap::new();
+    let mut ids = Vec::new();
+    for row in t["table"].as_array().unwrap() {
+        let region = row[region].as_str().unwrap_or("__HIVE_DEFAULT_PARTITION__");
+        let key = format!("dt={}/region={region}/", row[dt].as_str().unwrap());
+        let e = out.entry(key).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += row[amount].as_i64().unwrap();
+        ids.push(row[id].as_i64().unwrap());
+    }
+    ids.sort_unstable();
+    (out, ids)
+}
+
+/// Lands `r` at `key` (its event processed) and records it as the source's.
+async fn land(
+    ev: &mut Events<'_>,
+    source: &mut BTreeMap<String, Vec<Row>>,
+    key: &str,
+    r: Vec<Row>,
+) {
+    ev.put(key, &jsonl(&r)).await;
+    source.insert(key.to_string(), r);
+}
+
+/// A source partitioned by the data publishing a Delta table: each object's set lands in one
+/// table version with its partition values; overwrites moving rows between partitions,
+/// late data, deletes, a crash between two files, compaction and a replace of a compacted
+/// object all leave the table equal to the source per partition.
+async fn the_delta_table_is_the_source_per_partition(b: Backends) {
+    use publish::maintain::CompactOptions;
+    let name = b.name;
+    let config = table_config(&b, false);
+    let source_of = &config.sources[0];
+    let uri = tidemark_tests::table_reader::table_uri(&b, source_of);
+    let publisher = tidemark_tests::table_reader::publisher(&b, &config);
+    let mut ev = Events::new(&b, &config);
+    let mut source: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+    land(
+        &mut ev,
+        &mut source,
+        "events/ten.json",
+        rows(1, &[1, 2, 3, 4, 5], &["eu", "us"], 3),
+    )
+    .await;
+    land(
+        &mut ev,
+        &mut source,
+        "events/nulls.json",
+        vec![(90, 3, None, 9), (91, 3, Some("a/b".into()), 1)],
+    )
+    .await;
+    let check = |source: &BTreeMap<String, Vec<Row>>, what: &str| {
+        let (got, ids) = delta_per_partition(&uri);
+        assert_eq!(
+            got,
+            per_partition(source.values().flatten()),
+            "{name}: {what}"
+        );
+        let mut want: Vec<i64> = source.values().flatten().map(|r| r.0).collect();
+        want.sort_unstable();
+        assert_eq!(ids, want, "{name}: {what}: every row once");
+    };
+    let p = publisher.publish_all(EVENTS).await.unwrap();
+    assert_eq!(p.added, 12, "{name}: {p:?}");
+    check(&source, "first publish");
+
+    // The partition values are in the log, with Hive's escapes undone.
+    let table = publish::delta::load_existing(&tidemark_tests::table_reader::tables(&b), source_of)
+        .await
+        .unwrap()
+        .expect("a table");
+    let values: Vec<_> = table
+        .snapshot()
+        .unwrap()
+        .log_data()
+        .iter()
+        .filter(|f| f.path().contains("/nulls.json-"))
+        .map(|f| f.path().to_string())
+        .collect();
+    assert_eq!(values.len(), 2, "{name}: {values:?}");
+    assert!(
+        values
+            .iter()
+            .any(|p| p.starts_with("dt=2026-11-03/region=a%2Fb/")),
+        "{name}: {values:?}"
+    );
+
+    // An overwrite moving rows out of days 4 and 5 and into day 6; late data on day 1.
+    land(
+        &mut ev,
+        &mut source,
+        "events/ten.json",
+        rows(200, &[1, 2, 3, 6], &["eu", "us"], 2),
+    )
+    .await;
+    land(
+        &mut ev,
+        &mut source,
+        "events/late.json",
+        rows(300, &[1], &["eu"], 4),
+    )
+    .await;
+    let p = publisher.publish_all(EVENTS).await.unwrap();
+    assert_eq!((p.added, p.removed), (9, 10), "{name}: one version: {p:?}");
+    check(&source, "overwrite and late data");
+
+    // A crash between two files of a set: the retry's set is published, the crashed
+    // attempt's file is deleted (it was never in the table).
+    let crash = rows(400, &[8, 9], &["eu"], 2);
+    b.upload("events/crash.json", jsonl(&crash)).await;
+    let mut crashing = b.pipeline_with(config.clone());
+    crashing.faults = Arc::new(BetweenFiles(Mutex::new(true)));
+    let meta = b
+        .store
+        .head(&b.landing, "events/crash.json")
+        .await
+        .unwrap()
+        .unwrap();
+    let event = json!({"Records": [{"eventVersion": "2.1", "eventSource": "aws:s3",
+        "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
+        "s3": {"bucket": {"name": b.landing},
+               "object": {"key": "events/crash.json", "size": meta.size, "eTag": meta.etag,
+                          "sequencer": "00000000000000F000"}}}]});
+    let r = tidemark::ingest::handle(&crashing, &event, &b.ctx("crash"), 4)
+        .await
+        .unwrap();
+    assert!(!r.errors.is_empty(), "{name}: the crash is an error");
+    let announced = b
+        .ledger
+        .get(EVENTS, "events/crash.json")
+        .await
+        .unwrap()
+        .unwrap()
+        .writing;
+    assert_eq!(announced.len(), 2, "{name}: the set was announced");
+    b.clock.advance(LEASE_MARGIN_MS + 1_000);
+    let r = tidemark::ingest::handle(&b.pipeline_with(config.clone()), &event, &b.ctx("retry"), 4)
+        .await
+        .unwrap();
+    assert!(r.errors.is_empty(), "{name}: {:?}", r.errors);
+    source.insert("events/crash.json".into(), crash);
+    for k in &announced {
+        assert!(
+            b.store.head(&b.lake, k).await.unwrap().is_none(),
+            "{name}: {k} left"
+        );
+    }
+    publisher.publish_all(EVENTS).await.unwrap();
+    check(&source, "after the crash");
+
+    // Compaction of the closed partitions, then a replace and a delete of compacted objects.
+    b.clock.advance(2 * 24 * 3_600_000);
+    let now_closed = CompactOptions {
+        compact_after: std::time::Duration::ZERO,
+        ..CompactOptions::default()
+    };
+    let c = publisher.compact(EVENTS, &now_closed).await.unwrap();
+    assert!(c.partitions >= 1 && c.files_in >= 2, "{name}: {c:?}");
+    check(&source, "compacted");
+    land(
+        &mut ev,
+        &mut source,
+        "events/late.json",
+        rows(500, &[1, 7], &["us"], 2),
+    )
+    .await;
+    ev.delete("events/ten.json").await;
+    source.remove("events/ten.json");
+    publisher
+        .publish_keys(
+            EVENTS,
+            &["events/late.json".into(), "events/ten.json".into()],
+        )
+        .await
+        .unwrap();
+    check(&source, "replace and delete after compaction");
+    assert_eq!(
+        publisher.publish_all(EVENTS).await.unwrap().committed,
+        None,
+        "{name}"
+    );
+    assert!(publisher.check(EVENTS).await.unwrap().is_clean(), "{name}");
+    let report = b.reconcile_all(&config, EVENTS).await;
+    assert!(report.clean(), "{name}: {report:#?}");
+}
+
+/// Upsert by key across partitions: a key whose newest row moved to another partition is
+/// in the table once, in its new partition; deleting the newer object brings the older row
+/// back.
+async fn a_merged_table_keeps_one_row_per_key_across_partitions(b: Backends) {
+    let name = b.name;
+    let config = table_config(&b, true);
+    let uri = tidemark_tests::table_reader::table_uri(&b, &config.sources[0]);
+    let publisher = tidemark_tests::table_reader::publisher(&b, &config);
+    let mut ev = Events::new(&b, &config);
+    // Ids 1..=6 on day 1 in eu; then ids 4..=8 on day 2 in us (later `at`: they win).
+    let a: Vec<Row> = (1..=6).map(|id| (id, 1, Some("eu".into()), 1)).collect();
+    let newer: Vec<Row> = (4..=8).map(|id| (id, 2, Some("us".into()), 10)).collect();
+    ev.put("events/a.json", &jsonl(&a)).await;
+    ev.put("events/b.json", &jsonl(&newer)).await;
+    publisher.publish_all(EVENTS).await.unwrap();
+    let (got, ids) = delta_per_partition(&uri);
+    assert_eq!(ids, (1..=8).collect::<Vec<_>>(), "{name}: one row per key");
+    let want = BTreeMap::from([
+        ("dt=2026-11-01/region=eu/".to_string(), (3, 3)),
+        ("dt=2026-11-02/region=us/".to_string(), (5, 50)),
+    ]);
+    assert_eq!(got, want, "{name}");
+    ev.delete("events/b.json").await;
+    publisher.publish_all(EVENTS).await.unwrap();
+    let (got, ids) = delta_per_partition(&uri);
+    assert_eq!(ids, (1..=6).collect::<Vec<_>>(), "{name}");
+    assert_eq!(
+        got,
+        BTreeMap::from([("dt=2026-11-01/region=eu/".to_string(), (6, 6))]),
+        "{name}"
+    );
+}
+
+/// `tidemark --json ARGS` on `b` under `config`: its exit code and output.
+async fn cli(
+    b: &Backends,
+    config: &Arc<Config>,
+    args: &[&str],
+) -> Result<(std::process::ExitCode, serde_json::Value), String> {
+    let backend = tidemark_cli::Backend::from_pipeline(b.pipeline_with(config.clone()), b.name);
+    let mut argv = vec!["tidemark", "--json"];
+    argv.extend(args);
+    let cli = tidemark_cli::parse_args(&argv).unwrap();
+    let mut out = Vec::new();
+    let code = tidemark_cli::dispatch(cli.command, &backend, cli.json, &mut out)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((code, serde_json::from_slice(&out).unwrap()))
+}
+
+/// `rename-source` moves a partitioned source's sets (its files stay where the new id writes
+/// them), and refuses when the new id partitions otherwise.
+async fn a_partitioned_source_renames(b: Backends) {
+    let name = b.name;
+    let config = config(&b, None);
+    let mut ev = Events::new(&b, &config);
+    ev.put("events/a.json", &jsonl(&rows(1, &[1, 2], &["eu", "us"], 2)))
+        .await;
+    let renamed = |partitioning: serde_json::Value| {
+        let mut doc = serde_json::to_value(&config.sources[0].doc).unwrap();
+        doc["source_id"] = "events_v2".into();
+        doc["output"]["partitioning"] = partitioning;
+        Arc::new(Config::from_json(&json!({"sources": [doc]}).to_string()).unwrap())
+    };
+    let by_day = renamed(json!({"columns": [{"from": "at", "as": "dt", "transform": "day"}]}));
+    let refused = cli(&b, &by_day, &["rename-source", EVENTS, "events_v2"])
+        .await
+        .unwrap_err();
+    assert!(
+        refused.contains("(NEW would write s3://")
+            && refused.contains("/events/dt=…/a.json.parquet)"),
+        "{name}: another layout is refused: {refused}"
+    );
+    let same = renamed(serde_json::to_value(&config.sources[0].doc.output.partitioning).unwrap());
+    let (code, report) = cli(&b, &same, &["rename-source", EVENTS, "events_v2"])
+        .await
+        .unwrap();
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{name}: {report}");
+    assert_eq!(report["moved"], 1, "{name}: {report}");
+    let (_, run) = cli(&b, &same, &["run"]).await.unwrap();
+    assert_eq!(run["total"]["processed"], 0, "{name}: {run}");
+}
+
+#[tokio::test]
+async fn embedded_a_partitioned_source_renames() {
+    a_partitioned_source_renames(Backends::embedded().await).await;
+}
+
+#[tokio::test]
+async fn aws_a_partitioned_source_renames() {
+    a_partitioned_source_renames(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn embedded_the_delta_table_is_the_source_per_partition() {
+    the_delta_table_is_the_source_per_partition(Backends::embedded().await).await;
+}
+
+#[tokio::test]
+async fn aws_the_delta_table_is_the_source_per_partition() {
+    the_delta_table_is_the_source_per_partition(Backends::aws().await).await;
+}
+
+#[tokio::test]
+async fn embedded_a_merged_table_keeps_one_row_per_key_across_partitions() {
+    a_merged_table_keeps_one_row_per_key_across_partitions(Backends::embedded().await).await;
+}
+
+#[tokio::test]
+async fn aws_a_merged_table_keeps_one_row_per_key_across_partitions() {
+    a_merged_table_keeps_one_row_per_key_across_partitions(Backends::aws().await).await;
+}
+
 #[tokio::test]
 async fn embedded_objects_become_sets_of_partition_files() {
     objects_become_sets_of_partition_files(Backends::embedded().await).await;

@@ -112,7 +112,7 @@ pub async fn open(store: &TableStore, source: &Source) -> Result<DeltaTable, Del
     let table = DeltaTableBuilder::from_url(url.clone())?
         .with_storage_options(store.options())
         .build()?;
-    let mut create = table
+    let create = table
         .create()
         .with_table_name(source.id())
         .with_comment(format!(
@@ -123,10 +123,8 @@ pub async fn open(store: &TableStore, source: &Source) -> Result<DeltaTable, Del
         ))
         .with_columns(columns(source)?)
         .with_save_mode(deltalake::protocol::SaveMode::ErrorIfExists)
-        .with_commit_properties(quiet(CommitProperties::default()));
-    if source.doc.output.partitioning == Partitioning::KeyDate {
-        create = create.with_partition_columns([DATE_PARTITION]);
-    }
+        .with_commit_properties(quiet(CommitProperties::default()))
+        .with_partition_columns(partition_columns(source));
     match create.await {
         Ok(table) => Ok(table),
         Err(created) => match load(store, &url).await? {
@@ -167,20 +165,39 @@ async fn load(store: &TableStore, url: &Url) -> Result<Option<DeltaTable>, Delta
     }
 }
 
+/// The table's partition columns: `dt` when partitioned by key date, the partition columns'
+/// names when partitioned by the data (outermost first).
+pub fn partition_columns(source: &Source) -> Vec<String> {
+    match source.partition_columns() {
+        Some(columns) => columns.iter().map(|c| c.name().to_string()).collect(),
+        None if source.doc.output.partitioning == Partitioning::KeyDate => {
+            vec![DATE_PARTITION.to_string()]
+        }
+        None => Vec::new(),
+    }
+}
+
 /// The table's columns: the source's output columns (its schema, the rescued column, the
-/// lineage columns) and `dt` when partitioned by key date.
+/// lineage columns), then each partition column that is not one of them (`dt` of key date, a
+/// partition named apart from its column) as a string. A column partitioned under its own
+/// name keeps its type and is nullable (NULL and empty values are the default partition);
+/// its values are in the log's partition values, not in the files.
 fn columns(source: &Source) -> Result<Vec<StructField>, DeltaTableError> {
     let output = source.output_columns();
-    let mut fields = Vec::with_capacity(output.len() + 1);
+    let partitions = partition_columns(source);
+    let mut fields = Vec::with_capacity(output.len() + partitions.len());
     for c in &output {
+        let partition = partitions.contains(&c.name);
         fields.push(StructField::new(
             c.name.clone(),
             delta_type(&c.ty, &c.name)?,
-            c.nullable,
+            c.nullable || partition,
         ));
     }
-    if source.doc.output.partitioning == Partitioning::KeyDate {
-        fields.push(StructField::new(DATE_PARTITION, DataType::STRING, true));
+    for p in partitions {
+        if !output.iter().any(|c| c.name == p) {
+            fields.push(StructField::new(p, DataType::STRING, true));
+        }
     }
     Ok(fields)
 }

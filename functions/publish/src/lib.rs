@@ -603,12 +603,16 @@ impl Publisher {
                     .collect::<BTreeSet<_>>()
                     .into_iter()
                     .collect();
-                // Compacted files only matter in the partitions of these keys.
-                let dirs: BTreeSet<String> = keys
-                    .iter()
-                    .map(|k| dir_of(source, &source.output_key(k)))
-                    .collect();
-                let index = self.index(source, active, Some(&dirs)).await?;
+                // Compacted files only matter in the partitions of these keys. Partitioned by
+                // the data, a key's earlier rows may be in any partition: every compacted
+                // file's manifest is read (once per process: they never change).
+                let dirs: Option<BTreeSet<String>> =
+                    source.partition_columns().is_none().then(|| {
+                        keys.iter()
+                            .map(|k| dir_of(source, &source.output_key(k)))
+                            .collect()
+                    });
+                let index = self.index(source, active, dirs.as_ref()).await?;
                 self.plan_keys(source, &keys, &index).await
             }
             Scope::All => {
@@ -1043,18 +1047,31 @@ fn relative<'a>(source: &Source, out_key: &'a str) -> Option<&'a str> {
         .filter(|p| !p.is_empty())
 }
 
-/// Partition values of a file: `dt` from its `dt=…/` folder when partitioned by key date.
-fn partition_values(source: &Source, path: &str) -> HashMap<String, Option<String>> {
-    if source.doc.output.partitioning != Partitioning::KeyDate {
-        return HashMap::new();
+/// Partition values of a file, from its folders: `dt` when partitioned by key date, each
+/// partition column when partitioned by the data. A value is the folder's text with Hive's
+/// escapes undone (Delta's log holds values, not paths); the default partition is NULL.
+pub(crate) fn partition_values(source: &Source, path: &str) -> HashMap<String, Option<String>> {
+    let folders: Vec<&str> = path.split('/').collect();
+    let folders = &folders[..folders.len().saturating_sub(1)];
+    let value_of = |name: &str| -> Option<String> {
+        let prefix = format!("{name}=");
+        folders
+            .iter()
+            .find_map(|d| d.strip_prefix(prefix.as_str()))
+            .filter(|v| *v != tidemark::partition::DEFAULT_PARTITION)
+            .map(tidemark::partition::unescape)
+    };
+    match source.partition_columns() {
+        Some(columns) => columns
+            .iter()
+            .map(|c| (c.name().to_string(), value_of(c.name())))
+            .collect(),
+        None if source.doc.output.partitioning == Partitioning::KeyDate => HashMap::from([(
+            delta::DATE_PARTITION.to_string(),
+            value_of(delta::DATE_PARTITION),
+        )]),
+        None => HashMap::new(),
     }
-    let value = path
-        .split('/')
-        .next()
-        .and_then(|d| d.strip_prefix("dt="))
-        .filter(|v| *v != "__HIVE_DEFAULT_PARTITION__")
-        .map(str::to_string);
-    HashMap::from([(delta::DATE_PARTITION.to_string(), value)])
 }
 
 #[cfg(test)]

@@ -235,8 +235,8 @@ struct Candidate {
 impl Publisher {
     /// Compact the closed partitions of `source_id`'s table.
     ///
-    /// **The rule.** A partition (a `dt=` folder, or the whole table when it has none) is
-    /// compacted when it holds at least two files under the target size, its newest file is
+    /// **The rule.** A partition (a folder: `dt=…`, `dt=…/region=…`, or the whole table when
+    /// it has none) is compacted when it holds at least two files under the target size, its newest file is
     /// older than `compact_after`, and no record of the ledger whose output lies in it is
     /// claimed, pending or failing. Its files are merged into compacted files that keep each
     /// object's rows in row groups of their own and list them in their footer
@@ -278,7 +278,17 @@ impl Publisher {
                     || r.claim.is_some()
                     || r.pending.is_some()
             })
-            .map(|r| crate::dir_of(source, &source.output_key(&r.key)))
+            .flat_map(|r| {
+                // Partitioned by the data, an object's partitions are those of its committed
+                // and announced files (its next version may add others: exactness does not
+                // rest on this, see above).
+                let mut dirs = vec![crate::dir_of(source, &source.output_key(&r.key))];
+                if source.partition_columns().is_some() {
+                    let files = r.committed.iter().flat_map(|c| c.files()).map(|o| &o.key);
+                    dirs.extend(files.chain(&r.writing).map(|k| crate::dir_of(source, k)));
+                }
+                dirs
+            })
             .collect();
         let mut table = delta::open(&self.tables, source).await.map_err(table_err)?;
         let dirs: std::collections::BTreeSet<String> = table

@@ -20,12 +20,16 @@
 //! # Keys
 //! A key is split on `/` and each segment becomes one path component. A segment that is a
 //! safe plain file name stays as it is (`in/2024/orders 1.csv`, `你好/😊`). Any other segment
-//! — empty (`a//b`, `/lead`, `trailing/`), `.` or `..`, holding `%` or a control character,
-//! or starting with the reserved `.tidemark` — is written `%` followed by the segment with
-//! `%` and control characters percent-encoded: `../escape` → `%../escape`, `100%` →
-//! `%100%25`, `trailing/` → `trailing/%`. The mapping is one-to-one, and no path leaves the
+//! — empty (`a//b`, `/lead`, `trailing/`), `.` or `..`, starting with `%` or the reserved
+//! `.tidemark`, or holding a control character — is written `%` followed by the segment with
+//! `%` and control characters percent-encoded: `../escape` → `%../escape`, `%25` → `%%2525`,
+//! `trailing/` → `trailing/%`. A `%` inside a segment stays as it is (`100%`, Hive's escaped
+//! partition values such as `region=a%2Fb`), so a folder reader (DuckDB, a Delta reader)
+//! finds every object under its key. The mapping is one-to-one, and no path leaves the
 //! bucket or touches its hidden entries. A file whose name is not the encoding of any segment
-//! (e.g. `50%.csv` dropped by hand) is ignored, with a warning.
+//! (e.g. `%41` dropped by hand) is ignored, with a warning. Folders written by earlier
+//! versions, which also encoded a `%` inside a segment (`100%` as `%100%25`), are read and
+//! written where they are.
 //!
 //! Limits where S3 differs, inherent to a file tree: a key and keys below it as a folder
 //! (`a` and `a/b`) cannot both exist (the second write fails with a permanent error); a key
@@ -226,7 +230,14 @@ fn key_path(dir: &Path, key: &str) -> Result<PathBuf, String> {
     }
     let mut path = dir.to_path_buf();
     for segment in key.split('/') {
-        let name = encode_segment(segment);
+        let mut name = encode_segment(segment);
+        // A segment an earlier version encoded, where it still is (one stat, only for a
+        // segment holding `%`).
+        if let Some(earlier) = earlier_name(segment)
+            && path.join(&earlier).exists()
+        {
+            name = earlier;
+        }
         if name.len() > MAX_NAME_LEN {
             return Err(format!(
                 "KeyTooLongError: segment {segment:?} is longer than the {MAX_NAME_LEN} bytes a \
@@ -244,7 +255,17 @@ fn is_plain(segment: &str) -> bool {
         && segment != "."
         && segment != ".."
         && !segment.starts_with(RESERVED)
-        && !segment.chars().any(|c| c == '%' || c.is_control())
+        && !segment.starts_with('%')
+        && !segment.chars().any(char::is_control)
+}
+
+/// The name an earlier version gave `segment` when it differs from today's: those versions
+/// encoded every segment holding a `%`.
+fn earlier_name(segment: &str) -> Option<String> {
+    if !is_plain(segment) || !segment.contains('%') {
+        return None;
+    }
+    Some(format!("%{}", segment.replace('%', "%25")))
 }
 
 /// The file name of one key segment (see the module docs).
@@ -275,7 +296,8 @@ fn decode_segment(name: &str) -> Option<String> {
             .into_owned(),
         None => name.to_owned(),
     };
-    (encode_segment(&segment) == name).then_some(segment)
+    (encode_segment(&segment) == name || earlier_name(&segment).as_deref() == Some(name))
+        .then_some(segment)
 }
 
 /// Lower-case hex of a digest.
@@ -1037,13 +1059,31 @@ mod tests {
             key_path(dir, "trailing/").unwrap(),
             Path::new("/b/trailing/%")
         );
-        assert_eq!(key_path(dir, "100%").unwrap(), Path::new("/b/%100%25"));
+        assert_eq!(key_path(dir, "100%").unwrap(), Path::new("/b/100%"));
+        assert_eq!(
+            key_path(dir, "dt=2026-11-29/region=a%2Fb/x.parquet").unwrap(),
+            Path::new("/b/dt=2026-11-29/region=a%2Fb/x.parquet")
+        );
+        assert_eq!(key_path(dir, "%25").unwrap(), Path::new("/b/%%2525"));
+    }
+
+    #[test]
+    fn folders_of_earlier_versions_are_read_and_written_where_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let earlier = dir.path().join("%in%25").join("%100%25");
+        std::fs::create_dir_all(earlier.parent().unwrap()).unwrap();
+        std::fs::write(&earlier, b"x").unwrap();
+        assert_eq!(key_path(dir.path(), "in%/100%").unwrap(), earlier);
+        assert_eq!(key_of(dir.path(), &earlier).as_deref(), Some("in%/100%"));
+        assert_eq!(
+            key_path(dir.path(), "in%/new%").unwrap(),
+            dir.path().join("%in%25").join("new%")
+        );
     }
 
     #[test]
     fn names_that_encode_no_key_are_not_keys() {
         for name in [
-            "50%.csv",
             "%41",
             "%2f",
             "%abc",
@@ -1124,7 +1164,8 @@ mod tests {
         store.create_bucket("landing").await.unwrap();
         fs::create_dir_all(tmp.path().join("landing/in")).unwrap();
         fs::write(tmp.path().join("landing/in/orders 1.csv"), "hello").unwrap();
-        fs::write(tmp.path().join("landing/in/50%.csv"), "not a key").unwrap();
+        fs::write(tmp.path().join("landing/in/50%.csv"), "a key").unwrap();
+        fs::write(tmp.path().join("landing/in/%41"), "not a key").unwrap();
         let meta = store
             .head("landing", "in/orders 1.csv")
             .await
@@ -1140,7 +1181,7 @@ mod tests {
             .into_iter()
             .map(|o| o.key)
             .collect();
-        assert_eq!(keys, ["in/orders 1.csv"]);
+        assert_eq!(keys, ["in/50%.csv", "in/orders 1.csv"]);
 
         // Edited by hand after a PUT: the sidecar no longer describes the file.
         let put = store

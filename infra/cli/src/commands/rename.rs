@@ -114,19 +114,26 @@ pub async fn rename_source(backend: &Backend, from: &str, to: &str) -> Result<Re
     let elsewhere: Vec<String> = records
         .iter()
         .filter_map(|r| {
-            let output = r.committed.as_ref()?.outputs.first()?;
-            let (bucket, key) = (&target.doc.output.bucket, target.output_key(&r.key));
-            // A table's files have a name per attempt: the table's root must be the same.
-            let same = match target.table() {
-                Some(_) => output.key.starts_with(&target.doc.output.prefix),
-                None => output.key == key,
+            let bucket = &target.doc.output.bucket;
+            let key = match target.partition_columns() {
+                Some(columns) => {
+                    let dirs: String = columns.iter().map(|c| format!("{}=…/", c.name())).collect();
+                    target.partition_output_key(&r.key, &dirs)
+                }
+                None => target.output_key(&r.key),
             };
-            (output.bucket != *bucket || !same).then(|| {
-                format!(
-                    "{}: s3://{}/{} (NEW would write s3://{bucket}/{key})",
-                    r.key, output.bucket, output.key
-                )
-            })
+            // A table's files have a name per attempt (the table's root must be the same); a
+            // partitioned object's files are under the same partition columns.
+            let output = r
+                .committed
+                .as_ref()?
+                .outputs
+                .iter()
+                .find(|o| !target.names_output(&r.key, &o.bucket, &o.key))?;
+            Some(format!(
+                "{}: s3://{}/{} (NEW would write s3://{bucket}/{key})",
+                r.key, output.bucket, output.key
+            ))
         })
         .collect();
     if let Some(first) = elsewhere.first() {

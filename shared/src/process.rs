@@ -1133,10 +1133,12 @@ impl Pipeline {
         Ok((stats, outputs))
     }
 
-    /// Under the claim `token`, before a set's files are written: add `keys` to the record's
-    /// announced files, then delete the files earlier attempts announced that neither this set
-    /// nor the committed one has (an attempt that died between two files, of this version or
-    /// of one never committed). The claim makes this attempt the only writer of the object.
+    /// Under the claim `token`, before a set's files are written: delete the files earlier
+    /// attempts announced that neither this set nor the committed one has (an attempt that
+    /// died between two files, of this version or of one never committed), then replace them
+    /// in the record's announced files by `keys`. A crash in between leaves them announced
+    /// (deleted again next time: a delete of nothing is no error). The claim makes this
+    /// attempt the only writer of the object.
     async fn announce_set(
         &self,
         source: &Source,
@@ -1146,20 +1148,25 @@ impl Pipeline {
         record: &Record,
     ) -> Result<()> {
         // The record as the claim left it: under the claim nobody else writes it.
-        let earlier = record.writing.clone();
         let committed = record.committed.as_ref();
+        let gone: Vec<String> = record
+            .writing
+            .iter()
+            .filter(|k| {
+                !keys.contains(k) && !committed.is_some_and(|c| c.files().any(|o| &o.key == *k))
+            })
+            .cloned()
+            .collect();
+        let bucket = &source.doc.output.bucket;
+        for old in &gone {
+            self.store.delete(bucket, old, None).await?;
+        }
         let now = self.clock.now_ms();
         let max = source.doc.max_attempts;
         self.transition(source, key, record.clone(), |r| {
-            protocol::note_writing(r, token, keys, now, max)
+            protocol::note_writing(r, token, keys, &gone, now, max)
         })
         .await?;
-        let bucket = &source.doc.output.bucket;
-        for old in earlier.iter().filter(|k| {
-            !keys.contains(k) && !committed.is_some_and(|c| c.files().any(|o| &o.key == *k))
-        }) {
-            self.store.delete(bucket, old, None).await?;
-        }
         Ok(())
     }
 

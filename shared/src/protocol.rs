@@ -345,16 +345,20 @@ pub fn commit(
 
 /// The claim holder announces the files it is about to write (partitioning by columns):
 /// added to [`Record::writing`], so that whichever attempt comes next can delete those its
-/// own set lacks even if this one dies between two files.
+/// own set lacks even if this one dies between two files. `gone` are earlier announced
+/// files the holder has deleted: they leave the list, which so holds at most the files of
+/// two attempts however many came before (a table source names its files per claim).
 pub fn note_writing(
     r: &Record,
     token: &str,
     keys: &[String],
+    gone: &[String],
     now: i64,
     max_attempts: u32,
 ) -> Result<Record, ClaimLost> {
     holding(r, token)?;
     let mut record = r.clone();
+    record.writing.retain(|k| !gone.contains(k));
     for k in keys {
         if !record.writing.contains(k) {
             record.writing.push(k.clone());
@@ -512,6 +516,28 @@ mod tests {
         assert_eq!(r.status, Status::Done);
         assert_eq!(r.rev, 2);
         assert!(r.claim.is_none());
+    }
+
+    #[test]
+    fn announced_files_hold_at_most_two_attempts_and_clear_at_the_commit() {
+        let (r, t) = claimed(decide_claim(None, &req(v("a", Some("10")), "t", 0)));
+        let names = |attempt: &str| -> Vec<String> {
+            (0..3)
+                .map(|i| format!("dt={i}/a-{attempt}.parquet"))
+                .collect()
+        };
+        let mut r = note_writing(&r, "t", &names("1"), &[], 1, MAX).unwrap();
+        // Each later attempt deleted the one before's files: the list never grows past two.
+        for attempt in 2..10 {
+            let before = names(&(attempt - 1).to_string());
+            let gone = names(&(attempt - 2).to_string());
+            r = note_writing(&r, "t", &names(&attempt.to_string()), &gone, 1, MAX).unwrap();
+            assert_eq!(r.writing.len(), 6, "{:?}", r.writing);
+            assert!(before.iter().all(|k| r.writing.contains(k)));
+        }
+        assert!(note_writing(&r, "other", &[], &[], 1, MAX).is_err());
+        let r = commit(&r, "t", done(t), 5, MAX).unwrap();
+        assert!(r.writing.is_empty());
     }
 
     #[test]

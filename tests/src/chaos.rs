@@ -954,6 +954,12 @@ const PARTITIONED: [bool; 3] = [false, true, false];
 /// partitioned; `orders_json` keeps the loose-file path covered.
 const TABLES: [Option<&str>; 3] = [Some("key_date"), None, Some("none")];
 
+/// Whether source `i` publishes a table: the [`TABLES`] sources in table mode, and the
+/// [`PARTITIONED`] ones too when the mode is also partitioned (sets published to a table).
+fn has_table(table: bool, partitioned: bool, i: usize) -> bool {
+    table && (TABLES[i].is_some() || (partitioned && PARTITIONED[i]))
+}
+
 /// The suites' sources document with `on_bad_row: reject` on the [`REJECTING`] sources, and
 /// in table mode an `output.table` on the [`TABLES`] sources.
 fn chaos_config(b: &Backends, max_attempts: u32, table: bool, partitioned: bool) -> Arc<Config> {
@@ -963,15 +969,15 @@ fn chaos_config(b: &Backends, max_attempts: u32, table: bool, partitioned: bool)
         if REJECTING[i] {
             source["on_bad_row"] = "reject".into();
         }
+        if has_table(table, partitioned, i) {
+            source["output"]["partitioning"] = TABLES[i].unwrap_or("none").into();
+            source["output"]["table"] = json!({"format": "delta"});
+        }
         if partitioned && PARTITIONED[i] {
             source["output"]["partitioning"] = json!({"columns": [
                 {"from": "ordered_at", "as": "dt", "transform": "day"},
                 {"from": "customer"}
             ]});
-        }
-        if let (true, Some(partitioning)) = (table, TABLES[i]) {
-            source["output"]["partitioning"] = partitioning.into();
-            source["output"]["table"] = json!({"format": "delta"});
         }
     }
     Arc::new(Config::from_json(&doc.to_string()).expect("chaos config is valid"))
@@ -1566,6 +1572,9 @@ pub struct SourceCheck {
     pub kept: Totals,
     /// Output objects in the lake under the source's output prefix.
     pub lake_objects: usize,
+    /// Files the ledger's commits of the current (and kept) objects name under the output
+    /// prefix: one per object, or each file of a partitioned object's set.
+    pub expected_files: usize,
     /// Rows and sums read back from the Parquet outputs.
     pub lake: Totals,
     /// Records done / deleted / other in the ledger, for the keys generated.
@@ -1732,6 +1741,7 @@ async fn check(
                 }
             }
         }
+        c.expected_files = expected.len();
 
         // The lake, read back.
         let prefix = source.doc.output.prefix.clone();
@@ -2848,7 +2858,7 @@ impl ChaosReport {
             );
         }
         for (i, sc) in self.sources.iter().enumerate() {
-            if self.config.table && TABLES[i].is_some() {
+            if has_table(self.config.table, self.config.partitioned, i) {
                 assert!(
                     sc.table.is_some(),
                     "{}: table not read\n{table}",
@@ -2864,9 +2874,8 @@ impl ChaosReport {
                 sc.source_id
             );
             assert_eq!(
-                tc.files,
-                sc.objects + sc.kept_objects,
-                "{}: one file per current object in the table\n{table}",
+                tc.files, sc.expected_files,
+                "{}: one file per current object (each file of a set) in the table\n{table}",
                 sc.source_id
             );
         }

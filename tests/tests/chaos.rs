@@ -92,7 +92,7 @@ fn assert_committers_crashed_at_every_step(r: &ChaosReport) {
     }
     assert_eq!(
         r.sources.iter().filter(|sc| sc.table.is_some()).count(),
-        2,
+        if r.config.partitioned { 3 } else { 2 },
         "tables read"
     );
 }
@@ -152,6 +152,25 @@ async fn small_partitioned_chaos_run_on_dynamodb_local_and_the_s3_emulator() {
     assert_sets_crashed(&r);
 }
 
+/// Table mode with `orders_json` partitioned by its rows: sets published to a Delta table.
+fn small_partitioned_with_tables() -> ChaosConfig {
+    small_with_tables().with_partitions()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_partitioned_chaos_run_with_tables_on_the_embedded_backends() {
+    let r = chaos_run(Backends::embedded().await, small_partitioned_with_tables()).await;
+    assert_sets_crashed(&r);
+    assert_committers_crashed_at_every_step(&r);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_partitioned_chaos_run_with_tables_on_dynamodb_local_and_the_s3_emulator() {
+    let r = chaos_run(Backends::aws().await, small_partitioned_with_tables()).await;
+    assert_sets_crashed(&r);
+    assert_committers_crashed_at_every_step(&r);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_chaos_run_with_tables_on_the_embedded_backends() {
     let r = chaos_run(Backends::embedded().await, small_with_tables()).await;
@@ -185,14 +204,39 @@ async fn small_chaos_run_with_lost_events_and_tables_on_dynamodb_local_and_the_s
 /// A full-size run, one at a time (each takes minutes and both cores): its report checked
 /// for size, and for the committers' crashes when it publishes tables.
 async fn full_run(b: Backends, tables: bool) {
+    full_run_of(b, tables, false).await;
+}
+
+/// [`full_run`], with `orders_json` partitioned by its rows when `partitioned`.
+async fn full_run_of(b: Backends, tables: bool, partitioned: bool) {
     let _one_at_a_time = FULL_SIZE.lock().await;
     let config = ChaosConfig::full(chaos::seed_from_env());
     let config = if tables { config.with_table() } else { config };
+    let config = if partitioned {
+        config.with_partitions()
+    } else {
+        config
+    };
     let r = chaos_run(b, config).await;
     assert_full_size(&r);
     if tables {
         assert_committers_crashed_at_every_step(&r);
     }
+    if partitioned {
+        assert_sets_crashed(&r);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "full-size chaos run (minutes): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
+async fn full_partitioned_chaos_run_with_tables_on_the_embedded_backends() {
+    full_run_of(Backends::embedded().await, true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "full-size chaos run (minutes, needs the local stack): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
+async fn full_partitioned_chaos_run_with_tables_on_dynamodb_local_and_the_s3_emulator() {
+    full_run_of(Backends::aws().await, true, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

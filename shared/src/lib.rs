@@ -50,6 +50,7 @@ pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod upsert;
+pub mod watchdog;
 pub mod work;
 
 pub use error::{ProcessError, Result};

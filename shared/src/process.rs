@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
@@ -86,6 +86,10 @@ impl Step {
 pub trait Faults: Send + Sync {
     /// `Err(ProcessError::Crashed)` to stop the worker at `step` for `key`.
     fn check(&self, step: Step, key: &str) -> Result<()>;
+
+    /// Called on the conversion's thread before it decodes `key`: a test makes a decoder
+    /// stand still here (the watchdog's suites). Does nothing by default.
+    fn converting(&self, _key: &str) {}
 }
 
 /// Never stops a worker.
@@ -906,6 +910,11 @@ impl Pipeline {
         }
     }
 
+    /// How long a conversion of this invocation may stand still ([`crate::watchdog`]).
+    fn stall_limit(&self, ctx: &RunContext) -> Duration {
+        crate::watchdog::stall_limit(ctx.deadline_ms - self.clock.now_ms())
+    }
+
     /// GET the version pinned to its ETag, convert it and write its output (and its rejects
     /// file). `expected` holds the ETags the ledger has for the output and the rejects file,
     /// and the record as the claim left it (`None` outside the ledger: a partitioned set's
@@ -948,6 +957,7 @@ impl Pipeline {
         let out_bucket = source.doc.output.bucket.clone();
         let metadata = output_metadata(source, key, &version, ctx);
         let spec = source.convert_spec_for(object);
+        let limit = self.stall_limit(ctx);
         let untracked = (!tracked).then_some((bucket.as_str(), key));
         let guard = Guard {
             expected: expected_output,
@@ -964,6 +974,7 @@ impl Pipeline {
                     record,
                     &metadata,
                     &guard,
+                    limit,
                 )
                 .await?
             }
@@ -976,6 +987,7 @@ impl Pipeline {
                         (&out_bucket, &out_key),
                         &metadata,
                         &guard,
+                        limit,
                     )
                     .await?;
                 let output = OutputRef {
@@ -1022,6 +1034,7 @@ impl Pipeline {
         record: Option<&Record>,
         metadata: &BTreeMap<String, String>,
         guard: &Guard<'_>,
+        limit: Duration,
     ) -> Result<(ConvertStats, Vec<OutputRef>)> {
         /// Partition writers open at once (each holds the row group it builds).
         const MAX_OPEN: usize = 32;
@@ -1035,7 +1048,13 @@ impl Pipeline {
         let sums = source.doc.sum_columns.clone();
         let limits = (MAX_OPEN, source.max_partitions());
         let work_dir = dir.clone();
-        let converted = tokio::task::spawn_blocking(move || {
+        let mut spec = spec;
+        spec.progress = crate::watchdog::Progress::watched();
+        let progress = spec.progress.clone();
+        let faults = self.faults.clone();
+        let object_key = key.to_string();
+        let converted = crate::watchdog::run(&progress, limit, move || {
+            faults.converting(&object_key);
             let whole = work_dir.join("whole.parquet");
             let mut file = std::io::BufWriter::new(std::fs::File::create(&whole)?);
             let stats = convert(reader, &spec, &mut file)?;
@@ -1056,10 +1075,12 @@ impl Pipeline {
             }
             Ok::<_, ConvertError>((stats, parts))
         })
-        .await;
+        .await
+        .map_err(ConvertError::from)
+        .and_then(|c| c);
         let (stats, parts) = match converted {
-            Ok(Ok(done)) => done,
-            Ok(Err(e)) => {
+            Ok(done) => done,
+            Err(e) => {
                 if let Some(e) = cut.error(&src_bucket, key) {
                     return Err(ProcessError::Store(e));
                 }
@@ -1069,7 +1090,6 @@ impl Pipeline {
                     source: e,
                 });
             }
-            Err(join) => return Err(ProcessError::Internal(join.to_string())),
         };
         let out_bucket = source.doc.output.bucket.clone();
         let table_claim = source.table().and(claim);
@@ -1311,6 +1331,7 @@ impl Pipeline {
     /// Stream `body` through the converter on a blocking thread while the async side uploads
     /// the Parquet bytes: in one PUT when the output fits in one part, else by multipart. The
     /// write is conditional; see [`Pipeline::conditional_write`].
+    #[allow(clippy::too_many_arguments)]
     async fn convert_and_upload(
         &self,
         body: Body,
@@ -1319,9 +1340,10 @@ impl Pipeline {
         out: (&str, &str),
         metadata: &BTreeMap<String, String>,
         guard: &Guard<'_>,
+        limit: Duration,
     ) -> Result<(ConvertStats, String)> {
         let (stats, etag, _) = self
-            .convert_and_upload_filtered(body, spec, src, out, metadata, guard, None)
+            .convert_and_upload_filtered(body, spec, src, out, metadata, guard, None, limit)
             .await?;
         Ok((stats, etag))
     }
@@ -1338,6 +1360,7 @@ impl Pipeline {
         metadata: &BTreeMap<String, String>,
         guard: &Guard<'_>,
         filter: Option<Box<crate::bookmark::RowFilter>>,
+        limit: Duration,
     ) -> Result<(
         ConvertStats,
         String,
@@ -1347,11 +1370,18 @@ impl Pipeline {
         let part_size = self.settings.part_size;
         let (body, cut) = WatchedBody::new(body);
         let reader = SyncIoBridge::new(body);
-        let converter = tokio::task::spawn_blocking(move || {
+        let mut spec = spec;
+        spec.progress = crate::watchdog::Progress::watched();
+        let progress = spec.progress.clone();
+        let faults = self.faults.clone();
+        let key = src_key.to_string();
+        let converter = crate::watchdog::run(&progress, limit, move || {
+            faults.converting(&key);
             let mut sink = PartSink {
                 tx,
                 buf: Vec::new(),
                 part_size,
+                progress: spec.progress.clone(),
             };
             let mut filter = filter;
             let stats = match filter.as_mut() {
@@ -1395,10 +1425,24 @@ impl Pipeline {
                 None => Upload::Single(first.unwrap_or_default()),
             })
         };
-        let (uploaded, converted) = tokio::join!(uploader, converter);
+        // The converter ends first, closing the parts' channel, unless it is abandoned: then
+        // the uploader, waiting for parts that never come, is dropped with its upload.
+        tokio::pin!(uploader, converter);
+        let (uploaded, converted) = tokio::select! {
+            converted = &mut converter => (None, converted),
+            uploaded = &mut uploader => (Some(uploaded), converter.await),
+        };
+        let converted = converted.map_err(ConvertError::from).and_then(|c| c);
+        let uploaded = match (uploaded, &converted) {
+            (Some(uploaded), _) => uploaded,
+            (None, Err(ConvertError::Abandoned(why))) => {
+                Err(ProcessError::Internal(why.to_string()))
+            }
+            (None, _) => uploader.await,
+        };
         let (stats, filter) = match converted {
-            Ok(Ok(done)) => done,
-            Ok(Err(source)) => {
+            Ok(done) => done,
+            Err(source) => {
                 if let Ok(Upload::Multipart(id, _)) = &uploaded {
                     store.abort_multipart(out_bucket, out_key, id).await?;
                 }
@@ -1413,7 +1457,6 @@ impl Pipeline {
                     source,
                 });
             }
-            Err(join) => return Err(ProcessError::Internal(join.to_string())),
         };
         let upload = uploaded?;
         let etag = self
@@ -1745,13 +1788,16 @@ struct PartSink {
     tx: mpsc::Sender<Bytes>,
     buf: Vec<u8>,
     part_size: usize,
+    /// The conversion's progress: waiting for the uploader is not standing still.
+    progress: crate::watchdog::Progress,
 }
 
 impl PartSink {
     fn send(&mut self) -> std::io::Result<()> {
         let part = Bytes::from(std::mem::take(&mut self.buf));
-        self.tx
-            .blocking_send(part)
+        let tx = &self.tx;
+        self.progress
+            .wait(|| tx.blocking_send(part))
             .map_err(|_| std::io::Error::other("the uploader stopped"))
     }
 

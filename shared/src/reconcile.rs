@@ -1421,12 +1421,21 @@ async fn recount_source(
     else {
         return Ok(Err("the object changed during reconciliation".into()));
     };
-    let spec = source.convert_spec(key);
+    let mut spec = source.convert_spec(key);
+    spec.progress = crate::watchdog::Progress::watched();
+    let progress = spec.progress.clone();
     let (body, cut) = crate::process::WatchedBody::new(body);
     let reader = SyncIoBridge::new(body);
-    let counted = tokio::task::spawn_blocking(move || convert::count(reader, &spec))
-        .await
-        .map_err(|e| ProcessError::Internal(e.to_string()))?;
+    // A recount that stands still is abandoned as ingest's conversion is: the object is
+    // reported as no longer decoding.
+    let counted = crate::watchdog::run(
+        &progress,
+        crate::watchdog::stall_limit(i64::MAX),
+        move || convert::count(reader, &spec),
+    )
+    .await
+    .map_err(convert::ConvertError::from)
+    .and_then(|c| c);
     if let (Err(_), Some(e)) = (&counted, cut.error(&source.doc.bucket, key)) {
         return Err(ProcessError::Store(e));
     }

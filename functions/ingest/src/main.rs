@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use lambda_runtime::{Error, run, service_fn};
+use lambda_runtime::layers::TracingLayer;
+use lambda_runtime::{Error, Runtime, service_fn};
+use tidemark::watchdog::lambda::ExitWhenAbandoned;
 
 mod handler;
 
@@ -15,8 +17,13 @@ async fn main() -> Result<(), Error> {
     tidemark::ingest::warn_orphaned_sources(&pipeline).await;
     let concurrency = handler::concurrency_from_env()?;
     let pipeline = &pipeline;
-    run(service_fn(move |event| async move {
+    // A conversion abandoned by the watchdog leaves a thread behind: the process exits once
+    // the invocation is answered (tidemark::watchdog).
+    Runtime::new(service_fn(move |event| async move {
         handler::function_handler(pipeline, concurrency, event).await
     }))
+    .layer(TracingLayer::new())
+    .layer(ExitWhenAbandoned)
+    .run()
     .await
 }

@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use lambda_runtime::{Error, run, service_fn};
+use lambda_runtime::layers::TracingLayer;
+use lambda_runtime::{Error, Runtime, service_fn};
+use tidemark::watchdog::lambda::ExitWhenAbandoned;
 
 mod handler;
 
@@ -30,8 +32,13 @@ async fn main() -> Result<(), Error> {
         queue,
     };
     let deps = &deps;
-    run(service_fn(move |event| async move {
+    // A conversion abandoned by the watchdog leaves a thread behind: the process exits once
+    // the invocation is answered (tidemark::watchdog).
+    Runtime::new(service_fn(move |event| async move {
         handler::function_handler(deps, event).await
     }))
+    .layer(TracingLayer::new())
+    .layer(ExitWhenAbandoned)
+    .run()
     .await
 }

@@ -48,9 +48,19 @@ pub(super) struct Meter {
     decoded: AtomicU64,
     /// Whether the caller's input itself failed (so the error is not a decompression one).
     input_failed: AtomicBool,
+    /// The watchdog's counter, moved by every read of the caller's input.
+    progress: crate::watchdog::Progress,
 }
 
 impl Meter {
+    /// A meter that also moves `progress` as the input is read.
+    pub(super) fn watching(progress: crate::watchdog::Progress) -> Self {
+        Self {
+            progress,
+            ..Self::default()
+        }
+    }
+
     /// Bytes read from the caller's input.
     pub(super) fn read(&self) -> u64 {
         self.read.load(Ordering::Relaxed)
@@ -70,7 +80,8 @@ struct Source<'m, R> {
 
 impl<R: Read> Read for Source<'_, R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let result = self.inner.read(buf);
+        // Waiting for the network is not the decoder standing still (`watchdog`).
+        let result = self.meter.progress.wait(|| self.inner.read(buf));
         match &result {
             Ok(n) => {
                 self.meter.read.fetch_add(*n as u64, Ordering::Relaxed);

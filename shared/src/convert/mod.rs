@@ -392,6 +392,9 @@ pub struct ConvertSpec {
     pub lineage: Vec<(String, Lineage)>,
     /// The object version converted, for `lineage` (NULL values without it).
     pub object: Option<ObjectInfo>,
+    /// The counter the conversion moves as it reads and decodes, for a watchdog
+    /// ([`crate::watchdog`]); the default watches nothing.
+    pub progress: crate::watchdog::Progress,
 }
 
 impl ConvertSpec {
@@ -424,6 +427,7 @@ impl ConvertSpec {
             csv_values: CsvValues::default(),
             lineage: Vec::new(),
             object: None,
+            progress: crate::watchdog::Progress::default(),
         }
     }
 
@@ -513,6 +517,10 @@ pub enum ConvertError {
     /// Reading the input failed.
     #[error("cannot read input: {0}")]
     Io(#[source] std::io::Error),
+    /// The conversion made no progress and was abandoned, or its thread died
+    /// ([`crate::watchdog`]).
+    #[error("{0}")]
+    Abandoned(#[from] crate::watchdog::Abandoned),
     /// The spec itself is unusable (unknown or unsummable sum column, unsupported column
     /// type, zero batch or row group size, invalid zstd level…); no input was read.
     #[error("invalid conversion spec: {message}")]
@@ -709,7 +717,7 @@ fn decode_into<R: Read + Send, W: Write + Send>(
     } else {
         // The input is inflated ahead by threads that have nothing to encode (see `input`).
         let decoding = Decoding::new(spec)?;
-        let meter = input::Meter::default();
+        let meter = input::Meter::watching(spec.progress.clone());
         let ahead = input::open_ahead(input, spec, &meter)?;
         columns::encode_beside(encoder, spec.threads, &|| ahead.work(), |each| {
             decoding.run(ahead.reader(), &meter, &mut keep, each)
@@ -1232,7 +1240,7 @@ fn decode_with<R: Read + Send>(
     each: impl FnMut(&RecordBatch) -> Result<(), ConvertError>,
 ) -> Result<ConvertStats, ConvertError> {
     let decoding = Decoding::new(spec)?;
-    let meter = input::Meter::default();
+    let meter = input::Meter::watching(spec.progress.clone());
     let reader = input::open(input, spec, &meter)?;
     decoding.run(reader, &meter, keep, each)
 }
@@ -1310,6 +1318,7 @@ impl<'s> Decoding<'s> {
                 rescued_rows += (rescued.len() - rescued.null_count()) as u64;
             }
             let batch = lineage.append(batch, &output)?;
+            spec.progress.tick(batch.num_rows() as u64);
             let batch = keep(batch)?;
             rows += batch.num_rows() as u64;
             self.sums.add(&batch)?;

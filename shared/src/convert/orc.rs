@@ -253,7 +253,8 @@ mod tests {
     /// still so in 0.9.0; a file cut at its start overruns a buffer). The converter turns
     /// such a panic into an error naming the file as invalid (`convert::guarded`), so the
     /// object fails like any bad input and the other objects go on. (A corrupt RLE v2 run
-    /// that loops forever is not caught: see docs/pages/limitations.md.)
+    /// on which it loops forever is caught outside the converter, by the watchdog that
+    /// abandons a conversion making no progress: `tidemark::watchdog`, tests/tests/poison.rs.)
     #[test]
     fn a_file_on_which_orc_rust_panics_fails_as_invalid() {
         let bytes = checks::fixture("orders-zstd.orc");

@@ -137,6 +137,7 @@ pub fn split(
         .collect();
     for batch in builder.with_projection(mask).build().map_err(encode)? {
         let batch = batch.map_err(encode)?;
+        spec.progress.tick(batch.num_rows() as u64);
         for d in dirs_of(&batch, &projected)? {
             if !seen.contains_key(&d) {
                 if order.len() == max_partitions {
@@ -181,6 +182,7 @@ pub fn split(
         }
         for batch in open()?.build().map_err(encode)? {
             let batch = batch.map_err(encode)?;
+            spec.progress.tick(batch.num_rows() as u64);
             let dirs = dirs_of(&batch, &index)?;
             let mut rows: Vec<Vec<u32>> = vec![Vec::new(); chunk.len()];
             for (row, d) in dirs.iter().enumerate() {

@@ -258,6 +258,7 @@ impl Pipeline {
                 &metadata,
                 &guard,
                 Some(filter),
+                self.stall_limit(ctx),
             )
             .await?;
         let mut filter = filter.ok_or_else(|| ProcessError::Internal("filter lost".into()))?;

@@ -262,13 +262,23 @@ pub fn default_key(source: &Source, input: &Path) -> String {
 /// run (unknown source, unreadable input, unwritable output folder); a conversion that fails
 /// is a report with `ok: false`.
 pub fn convert_file(config: &Config, args: &ConvertArgs) -> Result<ConvertReport, Error> {
+    convert_file_watched(config, args, &tidemark::watchdog::Progress::default())
+}
+
+/// [`convert_file`], moving `progress` as it reads and decodes (for the watchdog).
+fn convert_file_watched(
+    config: &Config,
+    args: &ConvertArgs,
+    progress: &tidemark::watchdog::Progress,
+) -> Result<ConvertReport, Error> {
     let source = source_in(config, &args.source)?;
     let input_name = args.input.display().to_string();
     let key = args
         .key
         .clone()
         .unwrap_or_else(|| default_key(source, &args.input));
-    let spec = source.convert_spec(&key);
+    let mut spec = source.convert_spec(&key);
+    spec.progress = progress.clone();
     let selected = source.matches(&source.doc.bucket, &key);
     let mut warnings = Vec::new();
     if !selected {
@@ -512,6 +522,7 @@ fn failure(input: &str, e: &ConvertError) -> Failure {
         ConvertError::Encode { .. } => ("encode", None, None),
         ConvertError::Io(_) => ("io", None, None),
         ConvertError::InvalidSpec { .. } => ("invalid_spec", None, None),
+        ConvertError::Abandoned(_) => ("abandoned", None, None),
     };
     Failure {
         message: format!("{input}: {e}"),
@@ -594,9 +605,18 @@ pub async fn convert_command(
     json: bool,
     out: Out<'_>,
 ) -> Result<ExitCode, Error> {
-    let report = tokio::task::spawn_blocking(move || convert_file(&config, &args))
-        .await
-        .map_err(|e| format!("the conversion stopped: {e}"))??;
+    // Watched as ingest's conversions are: a decoder that loops on the file is abandoned
+    // after TIDEMARK_STALL_SECONDS (default 60) without progress.
+    let progress = tidemark::watchdog::Progress::watched();
+    let watched = progress.clone();
+    let input = args.input.display().to_string();
+    let report = tidemark::watchdog::run(
+        &progress,
+        tidemark::watchdog::stall_limit(i64::MAX),
+        move || convert_file_watched(&config, &args, &watched),
+    )
+    .await
+    .map_err(|e| format!("{input}: {e}"))??;
     if json {
         print_json(out, &report)?;
     } else {

@@ -1,0 +1,299 @@
+//! The conversion watchdog: a conversion that stops making progress is abandoned, so that a
+//! decoder that loops on a poison file costs its object a bounded time, not the invocation.
+//!
+//! - Every conversion runs on a thread of its own ([`run`]) and moves a [`Progress`] counter:
+//!   the input bytes it reads and the rows it decodes (the converter's metered input and its
+//!   batch loop), and the rows a partitioned output is split into.
+//! - [`run`] awaits the thread and looks at the counter every second (or a quarter of the
+//!   limit, when shorter). When the counter has not moved for the limit, the conversion is
+//!   abandoned: [`run`] answers [`Abandoned::Stalled`], which the per-object path turns into a
+//!   failure of the object as bad input (counted towards `max_attempts`, so a poison file
+//!   costs at most `max_attempts` × the limit before it is quarantined), and the batch's
+//!   other objects go on.
+//! - A thread cannot be stopped from outside, and a decoder that loops never returns: the
+//!   thread is left behind, and the process is marked ([`abandoned`]). The Lambda functions
+//!   exit once their answer to the invocation is posted ([`exit_if_abandoned`]), so the next
+//!   invocation starts in a fresh sandbox instead of beside a spinning thread; the CLI exits
+//!   when its command is done.
+//! - The limit ([`stall_limit`]): `TIDEMARK_STALL_SECONDS` (default 60), and never more than
+//!   a third of the time left before the invocation's deadline (at least two seconds), so
+//!   the other objects of a batch keep the rest.
+//! - Waiting is not standing still: the time a conversion's thread spends in a read from the
+//!   network or handing a part to the uploader ([`Progress::wait`]) never counts, so a slow
+//!   service is never taken for a poison file (the SDK's timeouts end a service that hangs,
+//!   as a failure of the service).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The default stall limit.
+pub const DEFAULT_STALL: Duration = Duration::from_secs(60);
+
+/// Set once a conversion has been abandoned in this process.
+static ABANDONED: AtomicBool = AtomicBool::new(false);
+
+/// Progress of a conversion, watched from another thread: a counter every step of the
+/// conversion moves, and how many of its threads are waiting on I/O that is not the
+/// decoder's (the network under the input, the uploader taking the output). The default
+/// watches nothing (ticks cost nothing).
+#[derive(Debug, Clone, Default)]
+pub struct Progress(Option<Arc<Counters>>);
+
+#[derive(Debug, Default)]
+struct Counters {
+    moved: AtomicU64,
+    waiting: AtomicU64,
+}
+
+impl Progress {
+    /// A counter to watch.
+    pub fn watched() -> Self {
+        Self(Some(Arc::default()))
+    }
+
+    /// Move the counter by `n` (bytes read, rows decoded).
+    pub fn tick(&self, n: u64) {
+        if let Some(c) = &self.0 {
+            c.moved.fetch_add(n.max(1), Ordering::Relaxed);
+        }
+    }
+
+    /// Run `io`, a wait on something other than the decoder (a read from the network, a
+    /// part handed to the uploader): the time it takes is not a stall. A service that hangs
+    /// is the SDK's timeouts' to end, as a failure of the service, not of the object.
+    pub fn wait<T>(&self, io: impl FnOnce() -> T) -> T {
+        let Some(c) = &self.0 else { return io() };
+        c.waiting.fetch_add(1, Ordering::SeqCst);
+        let done = io();
+        c.waiting.fetch_sub(1, Ordering::SeqCst);
+        c.moved.fetch_add(1, Ordering::Relaxed);
+        done
+    }
+
+    /// The counter.
+    pub fn get(&self) -> u64 {
+        self.0
+            .as_ref()
+            .map_or(0, |c| c.moved.load(Ordering::Relaxed))
+    }
+
+    /// Whether a thread of the conversion is waiting on I/O now.
+    fn waiting(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|c| c.waiting.load(Ordering::SeqCst) > 0)
+    }
+}
+
+/// Why a watched conversion gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Abandoned {
+    /// No input read and no row decoded for the limit: the conversion was abandoned.
+    #[error(
+        "no progress for {} s (no input byte read, no row decoded): the conversion was \
+         abandoned (a decoder looping on this file?)",
+        .0.as_secs_f64()
+    )]
+    Stalled(Duration),
+    /// The conversion's thread died without an answer (a panic the converter did not catch).
+    #[error("the conversion's thread died: {0}")]
+    Died(String),
+}
+
+/// Run the conversion `f` on a thread of its own, watched through `progress` (the counter
+/// `f`'s conversion moves): its answer, or [`Abandoned`] when the counter stood still for
+/// `limit` (the thread is then left behind and the process marked: [`abandoned`]).
+pub async fn run<T: Send + 'static>(
+    progress: &Progress,
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Abandoned> {
+    let (tx, mut rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("tidemark-convert".into())
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .map_err(|e| Abandoned::Died(format!("cannot start: {e}")))?;
+    let check = (limit / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let (mut last, mut since) = (progress.get(), Instant::now());
+    loop {
+        match tokio::time::timeout(check, &mut rx).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(_)) => return Err(Abandoned::Died("no answer".into())),
+            Err(_) => {
+                let now = progress.get();
+                if now != last || progress.waiting() {
+                    (last, since) = (now, Instant::now());
+                } else if since.elapsed() >= limit {
+                    ABANDONED.store(true, Ordering::SeqCst);
+                    tracing::error!(
+                        limit_s = limit.as_secs_f64(),
+                        "a conversion made no progress: abandoned, its thread left behind; \
+                         the process exits once its answer is given"
+                    );
+                    return Err(Abandoned::Stalled(limit));
+                }
+            }
+        }
+    }
+}
+
+/// Has a conversion been abandoned in this process (a thread may still be spinning)?
+pub fn abandoned() -> bool {
+    ABANDONED.load(Ordering::SeqCst)
+}
+
+/// The shortest stall limit, whatever the deadline says.
+pub const MIN_STALL: Duration = Duration::from_secs(2);
+
+/// The stall limit of a conversion starting `remaining_ms` before its invocation's deadline:
+/// `TIDEMARK_STALL_SECONDS` (default 60), at most a third of `remaining_ms`, at least
+/// [`MIN_STALL`].
+pub fn stall_limit(remaining_ms: i64) -> Duration {
+    let set = std::env::var("TIDEMARK_STALL_SECONDS")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(DEFAULT_STALL, Duration::from_secs_f64);
+    let third = Duration::from_millis(u64::try_from(remaining_ms / 3).unwrap_or(0));
+    set.min(third).max(MIN_STALL)
+}
+
+/// End the process when a conversion was abandoned in it: called by the Lambda functions
+/// after their answer is posted, so that the spinning thread goes with the sandbox.
+pub fn exit_if_abandoned() {
+    if abandoned() {
+        tracing::warn!(
+            "exiting: a conversion was abandoned in this process (a fresh sandbox serves the next invocation)"
+        );
+        std::process::exit(0);
+    }
+}
+
+/// The Lambda runtime's side ([`lambda::ExitWhenAbandoned`]).
+#[cfg(feature = "lambda")]
+pub mod lambda {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use lambda_runtime::tower::{Layer, Service};
+    use lambda_runtime::{Error, LambdaInvocation};
+
+    /// A layer around a Lambda runtime's service: once an invocation is answered (the inner
+    /// service posts the response before its future ends), the process exits if a
+    /// conversion was abandoned in it ([`super::exit_if_abandoned`]). Lambda then starts a
+    /// fresh sandbox for the next invocation (logging that the runtime exited); nothing is
+    /// lost, no invocation is in flight.
+    #[derive(Debug, Clone, Copy, Default)]
+    pub struct ExitWhenAbandoned;
+
+    impl<S> Layer<S> for ExitWhenAbandoned {
+        type Service = Exiting<S>;
+
+        fn layer(&self, inner: S) -> Self::Service {
+            Exiting(inner)
+        }
+    }
+
+    /// The service of [`ExitWhenAbandoned`].
+    #[derive(Debug, Clone)]
+    pub struct Exiting<S>(S);
+
+    impl<S> Service<LambdaInvocation> for Exiting<S>
+    where
+        S: Service<LambdaInvocation, Response = (), Error = Error>,
+    {
+        type Response = ();
+        type Error = Error;
+        type Future = ExitAfter<S::Future>;
+
+        fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Error>> {
+            self.0.poll_ready(cx)
+        }
+
+        fn call(&mut self, invocation: LambdaInvocation) -> Self::Future {
+            ExitAfter(Box::pin(self.0.call(invocation)))
+        }
+    }
+
+    /// The answer to an invocation, then [`super::exit_if_abandoned`].
+    pub struct ExitAfter<F>(Pin<Box<F>>);
+
+    impl<F: Future<Output = Result<(), Error>>> Future for ExitAfter<F> {
+        type Output = Result<(), Error>;
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+            let answered = self.0.as_mut().poll(cx);
+            if answered.is_ready() {
+                super::exit_if_abandoned();
+            }
+            answered
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_conversion_that_moves_is_awaited_and_one_that_stands_still_is_abandoned() {
+        let progress = Progress::watched();
+        let p = progress.clone();
+        // Slow but moving: 30 ticks 10 ms apart under a 100 ms limit.
+        let answer = run(&progress, Duration::from_millis(100), move || {
+            for _ in 0..30 {
+                std::thread::sleep(Duration::from_millis(10));
+                p.tick(1);
+            }
+            7
+        })
+        .await;
+        assert_eq!(answer, Ok(7));
+        let stop = Arc::new(AtomicBool::new(false));
+        let spinning = stop.clone();
+        let started = Instant::now();
+        let answer = run(
+            &Progress::watched(),
+            Duration::from_millis(100),
+            move || {
+                while !spinning.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            },
+        )
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(answer, Err(Abandoned::Stalled(Duration::from_millis(100))));
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert!(abandoned());
+        assert!(
+            answer
+                .unwrap_err()
+                .to_string()
+                .starts_with("no progress for 0.1 s")
+        );
+    }
+
+    #[tokio::test]
+    async fn waiting_on_io_is_not_standing_still() {
+        let progress = Progress::watched();
+        let p = progress.clone();
+        let answer = run(&progress, Duration::from_millis(50), move || {
+            p.wait(|| std::thread::sleep(Duration::from_millis(300)));
+            "read"
+        })
+        .await;
+        assert_eq!(answer, Ok("read"));
+    }
+
+    #[test]
+    fn the_limit_leaves_the_batch_most_of_the_invocation() {
+        assert_eq!(stall_limit(900_000), DEFAULT_STALL);
+        assert_eq!(stall_limit(90_000), Duration::from_secs(30));
+        assert_eq!(stall_limit(0), MIN_STALL);
+    }
+}

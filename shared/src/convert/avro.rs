@@ -20,7 +20,10 @@
 //! Memory is bounded by one block of the file (compressed and decompressed: a block is
 //! decompressed whole, and a block's size is the writer's choice, 64 KiB by default in
 //! the reference writers) and by [`ConvertSpec::batch_rows`] rows of the projected
-//! columns. The format has no footer and no row count: a file must end with a whole block
+//! columns. Each block is inflated once before the reader takes it, into nothing, so
+//! that what the blocks inflate to counts against [`ConvertSpec::max_decoded_bytes`] with
+//! the input ([`BlockScan`]): a block that would take it past the limit fails the file as
+//! too large before the reader inflates it. The format has no footer and no row count: a file must end with a whole block
 //! (its last 16 bytes the file's sync marker), or it fails as truncated; a file cut
 //! exactly between two blocks cannot be told from a whole one.
 
@@ -56,12 +59,20 @@ pub(super) fn batches<R: BufRead>(
         tail: tail.clone(),
         consumed: 0,
         scanned: 0,
-        snappy: None,
+        blocks: None,
     };
     let header = read_header_info(&mut recorder).map_err(|e| not_avro(&e))?;
-    if matches!(header.compression(), Ok(Some(CompressionCodec::Snappy))) {
+    let codec = header.compression().ok().flatten();
+    if codec.is_some() {
         recorder.scanned = header.header_len();
-        recorder.snappy = Some(SnappyBlocks::START);
+        recorder.blocks = Some(BlockScan {
+            framing: Framing::START,
+            codec,
+            limit: spec.max_decoded_bytes,
+            inflated: 0,
+            block: Vec::new(),
+            tail: tail.clone(),
+        });
     }
     let writer_schema = header.writer_schema().map_err(|e| not_avro(&e))?;
     check_record(&writer_schema.json_string).map_err(|e| not_avro(&e))?;
@@ -107,9 +118,14 @@ fn open<I: BufRead>(
     if let Some(projection) = projection {
         builder = builder.with_projection(projection);
     }
-    builder.build(input).map_err(|e| match e {
-        ArrowError::IoError(..) => invalid(format!("not a valid Avro file: {e}")),
-        e => invalid(format!("cannot read this Avro file: {e}")),
+    builder.build(input).map_err(|e| {
+        if let Some(limit) = super::typed::too_large_in(&e) {
+            return ConvertError::TooLarge { limit };
+        }
+        match e {
+            ArrowError::IoError(..) => invalid(format!("not a valid Avro file: {e}")),
+            e => invalid(format!("cannot read this Avro file: {e}")),
+        }
     })
 }
 
@@ -129,10 +145,21 @@ impl<R: BufRead> Iterator for Blocks<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let next = self.reader.as_mut()?.next();
+        // A block over the limit stopped the input: that is the error, whatever the reader
+        // made of it.
+        if let (Some(Err(_)), Some(limit)) =
+            (&next, self.tail.lock().ok().and_then(|t| t.too_large))
+        {
+            self.reader = None;
+            return Some(Err(too_large(limit)));
+        }
         if next.is_some() {
             return next;
         }
         self.reader = None;
+        if let Some(limit) = self.tail.lock().ok().and_then(|t| t.too_large) {
+            return Some(Err(too_large(limit)));
+        }
         let tail = self.tail.lock().map(|t| t.last).unwrap_or_default();
         (tail != self.sync).then(|| {
             Err(ArrowError::ParseError(
@@ -142,10 +169,17 @@ impl<R: BufRead> Iterator for Blocks<R> {
     }
 }
 
-/// The last 16 bytes consumed.
+/// The last 16 bytes consumed, and whether the blocks inflated past `max_decoded_bytes`.
 #[derive(Default)]
 pub(super) struct Tail {
     last: [u8; 16],
+    /// The limit the blocks inflated past (the input stopped there).
+    too_large: Option<u64>,
+}
+
+/// [`ConvertError::TooLarge`] as the reader's error (`convert/typed.rs` gives it back).
+fn too_large(limit: u64) -> ArrowError {
+    ArrowError::ExternalError(Box::new(ConvertError::TooLarge { limit }))
 }
 
 impl Tail {
@@ -183,41 +217,133 @@ fn check_record(schema: &str) -> Result<(), String> {
 }
 
 /// The input, keeping a copy of what is consumed until `kept` is taken (the header), and
-/// the last 16 bytes consumed; past the header, the snappy blocks are checked before the
-/// reader sees them (see [`SnappyBlocks`]).
+/// the last 16 bytes consumed; past the header, the blocks of a compressed file are
+/// followed and inflated before the reader sees them (see [`BlockScan`]).
 pub(super) struct Recorder<R> {
     inner: R,
     kept: Option<Vec<u8>>,
     tail: Arc<Mutex<Tail>>,
     /// Bytes consumed so far.
     consumed: u64,
-    /// Bytes looked at by `snappy` so far (from the header's end on).
+    /// Bytes looked at by `blocks` so far (from the header's end on).
     scanned: u64,
-    snappy: Option<SnappyBlocks>,
+    blocks: Option<BlockScan>,
 }
 
-/// Follows the blocks of a snappy-compressed file as its bytes arrive, and refuses a
-/// block too short to hold the 4-byte checksum that ends every snappy block, before the
-/// reader sees it: `arrow-avro` 60.1 panics on such a block (it slices the checksum off
-/// without checking the length).
+/// Follows the blocks of a compressed file as its bytes arrive and inflates each, counting,
+/// before the reader sees it: `arrow-avro` inflates a block whole into memory, however
+/// large, so the blocks' inflated bytes and the input's count against
+/// [`ConvertSpec::max_decoded_bytes`] here (a block is inflated into nothing, a piece at a
+/// time, and at most up to the limit). Each block is inflated twice: here, and by the
+/// reader. A snappy block too short to hold the 4-byte checksum that ends it is refused
+/// too (`arrow-avro` 60.1 panics on one: it slices the checksum off unchecked).
+pub(super) struct BlockScan {
+    framing: Framing,
+    codec: Option<CompressionCodec>,
+    limit: Option<u64>,
+    /// Bytes the blocks inflated to so far.
+    inflated: u64,
+    /// The current block's bytes (with a limit only).
+    block: Vec<u8>,
+    tail: Arc<Mutex<Tail>>,
+}
+
+impl BlockScan {
+    /// Follows `bytes` (the input from `consumed` on); an error for a block too short or one
+    /// that takes the input past the limit.
+    fn scan(&mut self, bytes: &[u8], consumed: u64) -> io::Result<bool> {
+        let snappy = matches!(self.codec, Some(CompressionCodec::Snappy));
+        let collect = self.limit.is_some();
+        let framing = std::mem::replace(&mut self.framing, Framing::START);
+        let mut ended = Vec::new();
+        let next = framing
+            .scan(bytes, snappy, |data, end| {
+                if collect {
+                    self.block.extend_from_slice(data);
+                    if end {
+                        ended.push(std::mem::take(&mut self.block));
+                    }
+                }
+            })
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        for block in ended {
+            self.inflate(&block, consumed)?;
+        }
+        match next {
+            Some(framing) => {
+                self.framing = framing;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Inflates one block into nothing, counting it.
+    fn inflate(&mut self, block: &[u8], consumed: u64) -> io::Result<()> {
+        let (Some(limit), Some(codec)) = (self.limit, self.codec) else {
+            return Ok(());
+        };
+        let left = limit.saturating_sub(consumed.saturating_add(self.inflated));
+        let cap = left.saturating_add(1);
+        let sink = &mut io::sink();
+        // A block that does not inflate is left to the reader, which says why.
+        let inflated = match codec {
+            CompressionCodec::Deflate => io::copy(
+                &mut flate2::read::DeflateDecoder::new(block).take(cap),
+                sink,
+            )
+            .ok(),
+            CompressionCodec::Snappy => block
+                .len()
+                .checked_sub(4)
+                .and_then(|n| snap::raw::decompress_len(&block[..n]).ok())
+                .map(|n| n as u64),
+            CompressionCodec::ZStandard => zstd::stream::read::Decoder::new(block)
+                .and_then(|d| io::copy(&mut d.take(cap), sink))
+                .ok(),
+            CompressionCodec::Bzip2 => {
+                io::copy(&mut bzip2::read::BzDecoder::new(block).take(cap), sink).ok()
+            }
+            CompressionCodec::Xz => {
+                io::copy(&mut liblzma::read::XzDecoder::new(block).take(cap), sink).ok()
+            }
+        };
+        self.inflated = self.inflated.saturating_add(inflated.unwrap_or(0));
+        if consumed.saturating_add(self.inflated) > limit {
+            if let Ok(mut tail) = self.tail.lock() {
+                tail.too_large = Some(limit);
+            }
+            return Err(io::Error::other(ConvertError::TooLarge { limit }));
+        }
+        Ok(())
+    }
+}
+
+/// Where the scan is in a file's blocks.
 #[derive(Debug)]
-pub(super) enum SnappyBlocks {
+pub(super) enum Framing {
     /// A varint of the block's header: the record count (`count: true`), then the size.
     Varint { count: bool, shift: u32, value: u64 },
     /// Bytes of the block's data, then of its sync marker, still to pass.
     Skip { data: u64, sync: u8 },
 }
 
-impl SnappyBlocks {
+impl Framing {
     const START: Self = Self::Varint {
         count: true,
         shift: 0,
         value: 0,
     };
 
-    /// Follows `bytes`; an error for a block too short. `None` when the framing is
-    /// broken in a way the reader itself reports (the check stops there).
-    fn scan(mut self, bytes: &[u8]) -> Result<Option<Self>, String> {
+    /// Follows `bytes`, giving each piece of a block's data to `data` (with `true` on its
+    /// last piece); an error for a snappy block too short. `None` when the framing is
+    /// broken in a way the reader itself reports (the scan stops there).
+    fn scan(
+        mut self,
+        bytes: &[u8],
+        snappy: bool,
+        mut data: impl FnMut(&[u8], bool),
+    ) -> Result<Option<Self>, String> {
         let mut at = 0;
         while at < bytes.len() {
             self = match self {
@@ -250,10 +376,13 @@ impl SnappyBlocks {
                             return Ok(None);
                         }
                         let size = value >> 1;
-                        if size < 4 {
+                        if snappy && size < 4 {
                             return Err(format!(
                                 "a snappy block of {size} bytes cannot hold its 4-byte checksum"
                             ));
+                        }
+                        if size == 0 {
+                            data(&[], true);
                         }
                         Self::Skip {
                             data: size,
@@ -261,17 +390,18 @@ impl SnappyBlocks {
                         }
                     }
                 }
-                Self::Skip { data, sync } => {
-                    let left = (bytes.len() - at) as u64;
-                    if data > 0 {
-                        let n = data.min(left);
+                Self::Skip { data: left, sync } => {
+                    let available = (bytes.len() - at) as u64;
+                    if left > 0 {
+                        let n = left.min(available);
+                        data(&bytes[at..at + n as usize], n == left);
                         at += n as usize;
                         Self::Skip {
-                            data: data - n,
+                            data: left - n,
                             sync,
                         }
                     } else {
-                        let n = u64::from(sync).min(left);
+                        let n = u64::from(sync).min(available);
                         at += n as usize;
                         match sync - n as u8 {
                             0 => Self::START,
@@ -301,14 +431,14 @@ impl<R: BufRead> Read for Recorder<R> {
 impl<R: BufRead> BufRead for Recorder<R> {
     fn fill_buf(&mut self) -> io::Result<&[u8]> {
         let buf = self.inner.fill_buf()?;
-        if let Some(snappy) = self.snappy.take() {
+        if let Some(blocks) = self.blocks.as_mut() {
             let from = usize::try_from(self.scanned.saturating_sub(self.consumed))
                 .unwrap_or(usize::MAX)
                 .min(buf.len());
             self.scanned = self.scanned.max(self.consumed + buf.len() as u64);
-            self.snappy = snappy
-                .scan(&buf[from..])
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if !blocks.scan(&buf[from..], self.consumed + buf.len() as u64)? {
+                self.blocks = None;
+            }
         }
         Ok(buf)
     }
@@ -381,6 +511,39 @@ mod tests {
         for codec in ["null", "deflate", "snappy", "zstandard", "bzip2", "xz"] {
             let bytes = checks::fixture(&format!("orders-{codec}.avro"));
             checks::orders(InputFormat::Avro, &bytes, codec);
+        }
+    }
+
+    /// Blocks count against `max_decoded_bytes` as they inflate, with the input: a small
+    /// file of zeros in one block of each codec fails as too large under a limit ten times
+    /// its size, and reads under one that holds what it inflates to.
+    #[test]
+    fn inflated_blocks_are_bounded_by_max_decoded_bytes() {
+        let spec_with = |limit: u64| {
+            let mut spec = spec(r#"[{"name":"a","type":"int64"}]"#);
+            spec.max_decoded_bytes = Some(limit);
+            spec
+        };
+        for codec in [
+            CompressionCodec::Deflate,
+            CompressionCodec::Snappy,
+            CompressionCodec::ZStandard,
+            CompressionCodec::Bzip2,
+            CompressionCodec::Xz,
+        ] {
+            let zeros = Arc::new(Int64Array::from(vec![0_i64; 300_000])) as ArrayRef;
+            let bytes = file_with(vec![("a", zeros)], 300_000, Some(codec));
+            assert!(bytes.len() < 30_000, "{codec:?}: {}", bytes.len());
+            let err = fail(&bytes, &spec_with(10 * bytes.len() as u64));
+            assert!(
+                matches!(err, ConvertError::TooLarge { .. }),
+                "{codec:?}: {err}"
+            );
+            assert_eq!(
+                run(&bytes, &spec_with(4 << 20)).0.rows,
+                300_000,
+                "{codec:?}"
+            );
         }
     }
 

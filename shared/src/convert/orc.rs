@@ -47,10 +47,13 @@ pub(super) fn batches(
     spec: &ConvertSpec,
     types: &[FieldType],
 ) -> Result<OrcBatches, ConvertError> {
-    let file = spool(input)?;
-    let builder = ArrowReaderBuilder::try_new(file)
+    let mut file = spool(input)?;
+    let spooled = file.metadata().map_or(0, |m| m.len());
+    let reopened = file.try_clone().map_err(ConvertError::Io)?;
+    let builder = ArrowReaderBuilder::try_new(reopened)
         .map_err(|e| invalid(format!("not a valid ORC file: {e}")))?;
     let metadata = builder.file_metadata();
+    inflated_within(&mut file, metadata, spooled, spec.max_decoded_bytes)?;
     let total = metadata.number_of_rows();
     let stripes: u64 = metadata
         .stripe_metadatas()
@@ -98,6 +101,102 @@ pub(super) fn batches(
         "ORC",
         Some(total),
     ))
+}
+
+/// The stripes are inflated inside `orc-rust`, a compression chunk at a time, each into
+/// memory whole (zlib and zstd chunks without a bound). So before it reads one, every
+/// chunk of every stripe (its index, data and footer streams: chunks tile them, each a
+/// 3-byte header and its bytes) is inflated here into nothing, counting: a chunk must not
+/// inflate beyond the file's compression block size (the format's rule, so `orc-rust`'s
+/// memory per chunk is bounded by it), and the spooled file and every chunk inflated count
+/// against `limit` together. It costs a second inflation of every stream, projected or not.
+/// LZO chunks are not inflated here (counted at the block size, an upper bound only
+/// `orc-rust` itself does not enforce for them).
+fn inflated_within(
+    file: &mut File,
+    metadata: &orc_rust::reader::metadata::FileMetadata,
+    spooled: u64,
+    limit: Option<u64>,
+) -> Result<(), ConvertError> {
+    use orc_rust::compression::CompressionType;
+    use std::io::{Read, Seek, SeekFrom};
+    let (Some(limit), Some(compression)) = (limit, metadata.compression()) else {
+        return Ok(());
+    };
+    // `orc-rust` says the block size only in its description: "<codec> (<n> byte max block
+    // size)"; its default (256 KiB) when that changes.
+    let block = compression
+        .to_string()
+        .split_once(" (")
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse::<u64>().ok())
+        .unwrap_or(256 << 10);
+    let too_large = || ConvertError::TooLarge { limit };
+    let corrupt = |what: String| invalid(format!("not a valid ORC file: {what}"));
+    let mut total = spooled;
+    let mut compressed = Vec::new();
+    for stripe in metadata.stripe_metadatas() {
+        let length = stripe
+            .index_length()
+            .saturating_add(stripe.data_length())
+            .saturating_add(stripe.footer_length());
+        file.seek(SeekFrom::Start(stripe.offset()))
+            .map_err(ConvertError::Io)?;
+        let mut region = std::io::BufReader::new(&mut *file).take(length);
+        let mut at = 0;
+        while at < length {
+            let mut header = [0u8; 3];
+            region
+                .read_exact(&mut header)
+                .map_err(|e| corrupt(format!("a stripe's compression chunk header: {e}")))?;
+            let value =
+                u32::from(header[0]) | u32::from(header[1]) << 8 | u32::from(header[2]) << 16;
+            let (original, len) = (value & 1 == 1, u64::from(value >> 1));
+            compressed.clear();
+            (&mut region)
+                .take(len)
+                .read_to_end(&mut compressed)
+                .map_err(ConvertError::Io)?;
+            if (compressed.len() as u64) < len {
+                return Err(corrupt("a compression chunk runs past its stripe".into()));
+            }
+            at += 3 + len;
+            let inflated = if original {
+                len
+            } else {
+                let cap = block + 1;
+                let sink = &mut std::io::sink();
+                let counted = match compression.compression_type() {
+                    CompressionType::Zlib => std::io::copy(
+                        &mut flate2::read::DeflateDecoder::new(&compressed[..]).take(cap),
+                        sink,
+                    ),
+                    CompressionType::Zstd => zstd::stream::read::Decoder::new(&compressed[..])
+                        .and_then(|d| std::io::copy(&mut d.take(cap), sink)),
+                    CompressionType::Snappy => snap::raw::decompress_len(&compressed)
+                        .map(|n| n as u64)
+                        .map_err(std::io::Error::other),
+                    CompressionType::Lz4 => {
+                        lz4_flex::block::decompress(&compressed, block as usize)
+                            .map(|d| d.len() as u64)
+                            .map_err(std::io::Error::other)
+                    }
+                    CompressionType::Lzo => Ok(block),
+                };
+                counted
+                    .map_err(|e| corrupt(format!("a compression chunk does not inflate: {e}")))?
+            };
+            if inflated > block {
+                return Err(corrupt(format!(
+                    "a compression chunk inflates beyond the file's block size of {block} bytes"
+                )));
+            }
+            total = total.saturating_add(inflated);
+            if total > limit {
+                return Err(too_large());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The ORC column at `levels` (struct fields, any element, any value) inside `data_type`.
@@ -225,6 +324,37 @@ mod tests {
     fn the_spool_is_bounded_by_max_decoded_bytes() {
         let a = Arc::new(Int64Array::from_iter_values(0..1000)) as ArrayRef;
         checks::the_spool_is_bounded(InputFormat::Orc, &file(vec![("a", a)]));
+    }
+
+    /// The compression chunks of the stripes count against `max_decoded_bytes` as they
+    /// inflate, with the spooled file: the zstd fixture fails at its own size (which bounded
+    /// the spool alone before), and reads under a limit that holds what it inflates to.
+    #[test]
+    fn inflated_stripes_are_bounded_by_max_decoded_bytes() {
+        for name in [
+            "orders-zstd.orc",
+            "orders-zlib.orc",
+            "orders-snappy.orc",
+            "orders-lz4.orc",
+        ] {
+            let bytes = checks::fixture(name);
+            let mut spec = spec(r#"[{"name":"order_id","type":"int64","nullable":false}]"#);
+            spec.max_decoded_bytes = Some(bytes.len() as u64);
+            assert!(
+                matches!(
+                    fail(&bytes, &spec),
+                    super::super::ConvertError::TooLarge { .. }
+                ),
+                "{name}"
+            );
+            spec.max_decoded_bytes = Some(100 * bytes.len() as u64);
+            assert_eq!(run(&bytes, &spec).0.rows, 1000, "{name}");
+        }
+        // Uncompressed: nothing inflates, the spool alone counts.
+        let bytes = checks::fixture("orders-uncompressed.orc");
+        let mut spec = spec(r#"[{"name":"order_id","type":"int64","nullable":false}]"#);
+        spec.max_decoded_bytes = Some(bytes.len() as u64);
+        assert_eq!(run(&bytes, &spec).0.rows, 1000);
     }
 
     #[test]

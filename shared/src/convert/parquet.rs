@@ -42,9 +42,11 @@ pub(super) fn batches(
     types: &[FieldType],
 ) -> Result<ParquetBatches, ConvertError> {
     let file = spool(input)?;
+    let spooled = file.metadata().map_or(0, |m| m.len());
     let builder = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| invalid(format!("not a valid Parquet file: {e}")))?;
     let metadata = builder.metadata().clone();
+    inflated_within(&metadata, spooled, spec.max_decoded_bytes)?;
     let groups: i64 = metadata.row_groups().iter().map(|g| g.num_rows()).sum();
     let total = metadata.file_metadata().num_rows();
     if total != groups || total < 0 {
@@ -96,6 +98,28 @@ pub(super) fn batches(
         }
     };
     Ok(TypedBatches::new(rows_from, typed, spec, "Parquet", None))
+}
+
+/// The pages are inflated inside the reader: what the footer says every column chunk's
+/// pages inflate to counts against `limit` with the spooled file, before a page is read (all
+/// the columns, read or not: a bound, not a measure). parquet-rs then checks each page's
+/// inflated size against its header and fails the file on a difference.
+fn inflated_within(
+    metadata: &ParquetMetaData,
+    spooled: u64,
+    limit: Option<u64>,
+) -> Result<(), ConvertError> {
+    let Some(limit) = limit else { return Ok(()) };
+    let pages = metadata
+        .row_groups()
+        .iter()
+        .flat_map(|g| g.columns())
+        .map(|c| u64::try_from(c.uncompressed_size()).unwrap_or(u64::MAX))
+        .fold(spooled, u64::saturating_add);
+    if pages > limit {
+        return Err(ConvertError::TooLarge { limit });
+    }
+    Ok(())
 }
 
 /// The Parquet columns (leaves) a value of Arrow type `data_type` is stored in.
@@ -603,10 +627,49 @@ mod tests {
         checks::read_through_wrappers(InputFormat::Parquet, &bytes);
     }
 
+    /// The spooled file and what its pages inflate to (the footer's uncompressed sizes) count
+    /// against `max_decoded_bytes` together, before a page is read: a small zstd file of
+    /// zeros written plain inflates far beyond its size.
     #[test]
-    fn the_spool_is_bounded_by_max_decoded_bytes() {
-        let a = Arc::new(Int32Array::from_iter_values(0..1000)) as ArrayRef;
-        checks::the_spool_is_bounded(InputFormat::Parquet, &file(vec![("a", a)]));
+    fn the_spool_and_the_inflated_pages_are_bounded_by_max_decoded_bytes() {
+        use parquet::basic::{Compression as Codec, Encoding, ZstdLevel};
+        let batch = RecordBatch::try_from_iter(vec![(
+            "a",
+            Arc::new(Int64Array::from(vec![0_i64; 200_000])) as ArrayRef,
+        )])
+        .unwrap();
+        let properties = WriterProperties::builder()
+            .set_compression(Codec::ZSTD(ZstdLevel::default()))
+            .set_dictionary_enabled(false)
+            .set_encoding(Encoding::PLAIN)
+            .build();
+        let mut bytes = Vec::new();
+        let mut writer =
+            ArrowWriter::try_new(&mut bytes, batch.schema(), Some(properties)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let metadata = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            bytes::Bytes::from(bytes.clone()),
+        )
+        .unwrap()
+        .metadata()
+        .clone();
+        let pages: u64 = metadata
+            .row_groups()
+            .iter()
+            .flat_map(|g| g.columns())
+            .map(|c| c.uncompressed_size() as u64)
+            .sum();
+        assert!(
+            pages > 100 * bytes.len() as u64,
+            "{pages} / {}",
+            bytes.len()
+        );
+        let mut spec = spec(r#"[{"name":"a","type":"int64"}]"#);
+        spec.max_decoded_bytes = Some(bytes.len() as u64 + pages - 1);
+        assert!(matches!(fail(&bytes, &spec), ConvertError::TooLarge { .. }));
+        spec.max_decoded_bytes = Some(bytes.len() as u64 + pages);
+        assert_eq!(run(&bytes, &spec).0.rows, 200_000);
     }
 
     #[test]

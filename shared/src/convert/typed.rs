@@ -416,10 +416,13 @@ impl<I: Iterator<Item = Result<RecordBatch, ArrowError>>> TypedBatches<I> {
                 use_columns,
             }) => match reader.next() {
                 Some(Ok(batch)) => Ok(Some((batch.num_rows(), use_columns.then_some(batch)))),
-                Some(Err(e)) => Err(invalid(format!(
-                    "cannot read the {} data after row {}: {e}",
-                    self.format, self.rows
-                ))),
+                Some(Err(e)) => Err(match too_large_in(&e) {
+                    Some(limit) => ConvertError::TooLarge { limit },
+                    None => invalid(format!(
+                        "cannot read the {} data after row {}: {e}",
+                        self.format, self.rows
+                    )),
+                }),
                 None => {
                     self.rows_from = None;
                     Ok(None)
@@ -462,6 +465,27 @@ impl<I: Iterator<Item = Result<RecordBatch, ArrowError>>> Batches for TypedBatch
     fn take_ignored(&mut self) -> Ignored {
         self.typed.take_ignored()
     }
+}
+
+/// The limit of a [`ConvertError::TooLarge`] a reader's error carries (from the input under
+/// it, or put there by a format's own check).
+pub(super) fn too_large_in(e: &ArrowError) -> Option<u64> {
+    let mut at: Option<&(dyn std::error::Error + 'static)> = match e {
+        ArrowError::ExternalError(inner) => Some(inner.as_ref()),
+        ArrowError::IoError(_, io) => Some(io),
+        _ => None,
+    };
+    // Down the chain of sources, and into the errors an `io::Error` wraps.
+    while let Some(e) = at {
+        if let Some(ConvertError::TooLarge { limit }) = e.downcast_ref::<ConvertError>() {
+            return Some(*limit);
+        }
+        at = match e.downcast_ref::<io::Error>().and_then(|io| io.get_ref()) {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        };
+    }
+    None
 }
 
 /// Copies `input` to an anonymous temporary file, removed when dropped: how an input read

@@ -477,6 +477,8 @@ UNSET_ENV = {
     "{\"maintain\"} (ENV says which function sets it)",
     "TIDEMARK_GLUE_DATABASE": "the catalog step's database, on the maintenance function only (the publish "
     "function refuses the catalog step)",
+    "TIDEMARK_STALL_SECONDS": "the conversion watchdog's stall limit (shared/src/watchdog.rs): unset = 60 s, "
+    "at most a third of the invocation's time left; set it only for a decoder known to be slow",
 }
 
 

@@ -841,7 +841,12 @@ pub struct SourceDoc {
     #[serde(default)]
     pub max_object_bytes: Option<u64>,
     /// Decompressed bytes beyond this fail the object (a guard against decompression bombs;
-    /// default 64 GiB).
+    /// default 64 GiB). It also bounds what a columnar file inflates to inside. Parquet: the
+    /// spooled file plus every column chunk's uncompressed size from the footer (every
+    /// column, read or not), checked before a page is read. ORC: the spooled file plus every
+    /// compression chunk of every stripe, each inflated once before the file is read (LZO
+    /// chunks counted at the compression block size). Avro: the input read so far plus every
+    /// block, inflated once as the file streams in, before the reader inflates it.
     #[serde(default)]
     pub max_decoded_bytes: Option<u64>,
     /// A record (CSV record or JSON line) longer than this fails the object, found after

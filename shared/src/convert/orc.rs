@@ -53,7 +53,7 @@ pub(super) fn batches(
     let builder = ArrowReaderBuilder::try_new(reopened)
         .map_err(|e| invalid(format!("not a valid ORC file: {e}")))?;
     let metadata = builder.file_metadata();
-    inflated_within(&mut file, metadata, spooled, spec.max_decoded_bytes)?;
+    inflated_within(&mut file, metadata, spooled, spec)?;
     let total = metadata.number_of_rows();
     let stripes: u64 = metadata
         .stripe_metadatas()
@@ -109,18 +109,18 @@ pub(super) fn batches(
 /// 3-byte header and its bytes) is inflated here into nothing, counting: a chunk must not
 /// inflate beyond the file's compression block size (the format's rule, so `orc-rust`'s
 /// memory per chunk is bounded by it), and the spooled file and every chunk inflated count
-/// against `limit` together. It costs a second inflation of every stream, projected or not.
-/// LZO chunks are not inflated here (counted at the block size, an upper bound only
-/// `orc-rust` itself does not enforce for them).
+/// against the limit together. It costs a second inflation of every stream, projected or
+/// not. LZO chunks are not inflated here (counted at the block size, an upper bound only
+/// `orc-rust` itself does not enforce for them). Each chunk moves the watchdog's counter.
 fn inflated_within(
     file: &mut File,
     metadata: &orc_rust::reader::metadata::FileMetadata,
     spooled: u64,
-    limit: Option<u64>,
+    spec: &ConvertSpec,
 ) -> Result<(), ConvertError> {
     use orc_rust::compression::CompressionType;
     use std::io::{Read, Seek, SeekFrom};
-    let (Some(limit), Some(compression)) = (limit, metadata.compression()) else {
+    let (Some(limit), Some(compression)) = (spec.max_decoded_bytes, metadata.compression()) else {
         return Ok(());
     };
     // `orc-rust` says the block size only in its description: "<codec> (<n> byte max block
@@ -190,6 +190,7 @@ fn inflated_within(
                     "a compression chunk inflates beyond the file's block size of {block} bytes"
                 )));
             }
+            spec.progress.tick(inflated);
             total = total.saturating_add(inflated);
             if total > limit {
                 return Err(too_large());

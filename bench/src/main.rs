@@ -6,7 +6,7 @@
 //!     or wide (wide.csv, wide.jsonl; see wide.rs), their .gz versions, schema.json and
 //!     expected.json (row count and exact sums, for checking every engine's Parquet
 //!     output).
-//! tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] [--threads N] IN OUT
+//! tidemark-bench convert --format csv|jsonl|parquet|avro|orc --compression none|gzip [--schema FILE] [--bad-rows fail|reject] [--threads N] IN OUT
 //!     tidemark's converter (`tidemark::convert::convert`) on IN with the schema of FILE
 //!     (a JSON list of columns as in bench/schema.json or a source's `schema`, nested types
 //!     and `path`, `format`, `timezone` included; default: the orders schema),
@@ -128,6 +128,9 @@ fn run(args: &[String]) -> Result<()> {
             let format = match required(&opts, "--format")? {
                 "csv" => InputFormat::Csv(CsvOptions::default()),
                 "jsonl" => InputFormat::JsonLines,
+                "parquet" => InputFormat::Parquet,
+                "avro" => InputFormat::Avro,
+                "orc" => InputFormat::Orc,
                 other => return Err(format!("unknown format {other:?}").into()),
             };
             let compression = compression(required(&opts, "--compression")?)?;

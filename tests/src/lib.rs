@@ -288,6 +288,33 @@ pub fn orders_config(
     Arc::new(Config::from_json(&doc.to_string()).expect("suite config is valid"))
 }
 
+/// A source of the orders (the columns of [`orders_csv`], `quantity` and `amount` summed) in
+/// `format` under `prefix` of `landing`, written to `<id>/` in `lake`.
+pub fn orders_source(
+    (landing, lake): (&str, &str),
+    id: &str,
+    prefix: &str,
+    format: &str,
+    max_attempts: u32,
+) -> Value {
+    json!({
+        "source_id": id,
+        "bucket": landing,
+        "prefix": prefix,
+        "format": format,
+        "schema": [
+            {"name": "order_id", "type": "int64", "nullable": false},
+            {"name": "customer", "type": "string"},
+            {"name": "quantity", "type": "int32"},
+            {"name": "amount", "type": "decimal(12,2)"},
+            {"name": "ordered_at", "type": "timestamp"}
+        ],
+        "sum_columns": ["quantity", "amount"],
+        "output": {"bucket": lake, "prefix": format!("{id}/")},
+        "max_attempts": max_attempts
+    })
+}
+
 /// The document of [`orders_config`], to change before it is read.
 pub fn orders_doc(
     landing: &str,
@@ -295,25 +322,10 @@ pub fn orders_doc(
     max_attempts: u32,
     reports_prefix: Option<&str>,
 ) -> Value {
-    let schema = json!([
-        {"name": "order_id", "type": "int64", "nullable": false},
-        {"name": "customer", "type": "string"},
-        {"name": "quantity", "type": "int32"},
-        {"name": "amount", "type": "decimal(12,2)"},
-        {"name": "ordered_at", "type": "timestamp"}
-    ]);
     let source = |id: &str, prefix: &str, format: &str| {
-        json!({
-            "source_id": id,
-            "bucket": landing,
-            "prefix": prefix,
-            "format": format,
-            "schema": schema,
-            "sum_columns": ["quantity", "amount"],
-            "output": {"bucket": lake, "prefix": format!("{id}/")},
-            "max_attempts": max_attempts,
-            "reconcile": {"grace_minutes": 0}
-        })
+        let mut s = orders_source((landing, lake), id, prefix, format, max_attempts);
+        s["reconcile"] = json!({"grace_minutes": 0});
+        s
     };
     let mut keep = source("archive", "keep/", "csv");
     keep["on_delete"] = "keep".into();

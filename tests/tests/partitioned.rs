@@ -142,6 +142,39 @@ print(json.dumps([[r[0], r[1], r[2], r[3]] for r in rows]))
         .collect()
 }
 
+/// Lands `rows` at `key`, crashes its conversion between the first and second files of its
+/// set (nothing committed), then delivers the event again after the lease: it commits. The
+/// files the crashed attempt announced.
+async fn crash_between_files_then_retry(
+    b: &Backends,
+    config: &Arc<Config>,
+    key: &str,
+    rows: &[Row],
+) -> Vec<String> {
+    let name = b.name;
+    b.upload(key, jsonl(rows)).await;
+    let mut crashing = b.pipeline_with(config.clone());
+    crashing.faults = Arc::new(BetweenFiles(Mutex::new(true)));
+    let meta = b.store.head(&b.landing, key).await.unwrap().unwrap();
+    let event = json!({"Records": [{"eventVersion": "2.1", "eventSource": "aws:s3",
+        "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
+        "s3": {"bucket": {"name": b.landing},
+               "object": {"key": key, "size": meta.size, "eTag": meta.etag,
+                          "sequencer": "00000000000000F000"}}}]});
+    let r = tidemark::ingest::handle(&crashing, &event, &b.ctx("crash"), 4)
+        .await
+        .unwrap();
+    assert!(!r.errors.is_empty(), "{name}: the crash is an error");
+    let record = b.ledger.get(EVENTS, key).await.unwrap().unwrap();
+    assert!(record.committed.is_none(), "{name}: nothing committed");
+    b.clock.advance(LEASE_MARGIN_MS + 1_000);
+    let r = tidemark::ingest::handle(&b.pipeline_with(config.clone()), &event, &b.ctx("retry"), 4)
+        .await
+        .unwrap();
+    assert!(r.errors.is_empty(), "{name}: {:?}", r.errors);
+    record.writing
+}
+
 /// Crashes the worker between the first and second files of a set, once.
 struct BetweenFiles(Mutex<bool>);
 
@@ -233,36 +266,7 @@ async fn objects_become_sets_of_partition_files(b: Backends) {
 
     // A crash between two files of a set: nothing committed; the retry writes the same set.
     let crash = rows(400, &[8, 9], &["eu"], 2);
-    b.upload("events/crash.json", jsonl(&crash)).await;
-    let mut crashing = b.pipeline_with(config.clone());
-    crashing.faults = Arc::new(BetweenFiles(Mutex::new(true)));
-    let meta = b
-        .store
-        .head(&b.landing, "events/crash.json")
-        .await
-        .unwrap()
-        .unwrap();
-    let event = json!({"Records": [{"eventVersion": "2.1", "eventSource": "aws:s3",
-        "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
-        "s3": {"bucket": {"name": b.landing},
-               "object": {"key": "events/crash.json", "size": meta.size, "eTag": meta.etag,
-                          "sequencer": "00000000000000F000"}}}]});
-    let r = tidemark::ingest::handle(&crashing, &event, &b.ctx("crash"), 4)
-        .await
-        .unwrap();
-    assert!(!r.errors.is_empty(), "{name}: the crash is an error");
-    let record = b
-        .ledger
-        .get(EVENTS, "events/crash.json")
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(record.committed.is_none(), "{name}: nothing committed");
-    b.clock.advance(LEASE_MARGIN_MS + 1_000);
-    let r = tidemark::ingest::handle(&b.pipeline_with(config.clone()), &event, &b.ctx("retry"), 4)
-        .await
-        .unwrap();
-    assert!(r.errors.is_empty(), "{name}: {:?}", r.errors);
+    crash_between_files_then_retry(&b, &config, "events/crash.json", &crash).await;
     assert_eq!(committed_set(&b, "events/crash.json").await.len(), 2);
     source.insert("events/crash.json".into(), crash);
 
@@ -535,39 +539,10 @@ async fn the_delta_table_is_the_source_per_partition(b: Backends) {
     check(&source, "overwrite and late data");
 
     // A crash between two files of a set: the retry's set is published, the crashed
-    // attempt's file is deleted (it was never in the table).
+    // attempt's files are deleted (they were never in the table).
     let crash = rows(400, &[8, 9], &["eu"], 2);
-    b.upload("events/crash.json", jsonl(&crash)).await;
-    let mut crashing = b.pipeline_with(config.clone());
-    crashing.faults = Arc::new(BetweenFiles(Mutex::new(true)));
-    let meta = b
-        .store
-        .head(&b.landing, "events/crash.json")
-        .await
-        .unwrap()
-        .unwrap();
-    let event = json!({"Records": [{"eventVersion": "2.1", "eventSource": "aws:s3",
-        "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
-        "s3": {"bucket": {"name": b.landing},
-               "object": {"key": "events/crash.json", "size": meta.size, "eTag": meta.etag,
-                          "sequencer": "00000000000000F000"}}}]});
-    let r = tidemark::ingest::handle(&crashing, &event, &b.ctx("crash"), 4)
-        .await
-        .unwrap();
-    assert!(!r.errors.is_empty(), "{name}: the crash is an error");
-    let announced = b
-        .ledger
-        .get(EVENTS, "events/crash.json")
-        .await
-        .unwrap()
-        .unwrap()
-        .writing;
+    let announced = crash_between_files_then_retry(&b, &config, "events/crash.json", &crash).await;
     assert_eq!(announced.len(), 2, "{name}: the set was announced");
-    b.clock.advance(LEASE_MARGIN_MS + 1_000);
-    let r = tidemark::ingest::handle(&b.pipeline_with(config.clone()), &event, &b.ctx("retry"), 4)
-        .await
-        .unwrap();
-    assert!(r.errors.is_empty(), "{name}: {:?}", r.errors);
     source.insert("events/crash.json".into(), crash);
     for k in &announced {
         assert!(

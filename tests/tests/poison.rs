@@ -17,25 +17,13 @@ use tidemark::config::Config;
 use tidemark::model::Status;
 use tidemark::process::{Faults, RunContext, Step};
 use tidemark::watchdog::MIN_STALL;
-use tidemark_tests::{Backends, orders_csv};
+use tidemark_tests::{Backends, orders_csv, orders_source};
 
 const MAX_ATTEMPTS: u32 = 2;
 
 fn config(b: &Backends) -> Arc<Config> {
     let source = |id: &str, prefix: &str, format: &str| {
-        json!({
-            "source_id": id, "bucket": b.landing, "prefix": prefix, "format": format,
-            "schema": [
-                {"name": "order_id", "type": "int64", "nullable": false},
-                {"name": "customer", "type": "string"},
-                {"name": "quantity", "type": "int32"},
-                {"name": "amount", "type": "decimal(12,2)"},
-                {"name": "ordered_at", "type": "timestamp"}
-            ],
-            "sum_columns": ["quantity", "amount"],
-            "output": {"bucket": b.lake, "prefix": format!("{id}/")},
-            "max_attempts": MAX_ATTEMPTS
-        })
+        orders_source((&b.landing, &b.lake), id, prefix, format, MAX_ATTEMPTS)
     };
     let doc = json!({"sources": [
         source("orders", "in/", "csv"),

@@ -422,7 +422,14 @@ impl JsonShape {
             Json::Object(entries) => {
                 self.kinds.insert("object");
                 self.objects += 1;
+                // A key repeated in one record is seen once (its first value), so that a
+                // field's values never outnumber the records.
+                let mut seen: Vec<&String> = Vec::new();
                 for (key, value) in entries {
+                    if seen.contains(&key) {
+                        continue;
+                    }
+                    seen.push(key);
                     match self.index.get(key) {
                         Some(&at) => self.fields[at].1.add(value),
                         None => {
@@ -711,7 +718,8 @@ pub fn json_columns(records: &JsonShape) -> Vec<SeenColumn> {
                     timezone: None,
                 },
                 values: shape.values,
-                nulls: present - shape.values,
+                // A key repeated in a record counts each of its values.
+                nulls: present.saturating_sub(shape.values),
                 example: shape.example.clone(),
                 notes,
             }
@@ -1043,6 +1051,17 @@ mod tests {
             records.add(&Json::parse(line).expect("json"));
         }
         json_columns(&records)
+    }
+
+    /// Found by fuzzing (`fuzz/artifacts/infer/`): a key repeated in one record made more
+    /// values than records: the count of NULLs underflowed, and the column could be proposed
+    /// non-nullable though a record lacks it.
+    #[test]
+    fn a_key_repeated_in_a_record_is_no_overflow() {
+        let columns = shape(&[r#"{"a": 1, "a": 2}"#, r#"{"b": 1}"#]);
+        assert_eq!(columns[0].column.name, "a");
+        assert_eq!((columns[0].values, columns[0].nulls), (1, 1));
+        assert!(columns[0].column.nullable);
     }
 
     #[test]

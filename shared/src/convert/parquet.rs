@@ -672,6 +672,43 @@ mod tests {
         assert_eq!(run(&bytes, &spec).0.rows, 200_000);
     }
 
+    /// Inputs on which parquet-rs or arrow-rs panicked, found by the `parquet` fuzz target
+    /// (`tests/fixtures/fuzz/parquet/`, as the target read them: the orders columns, all
+    /// nullable, unknown fields and bad values rescued, batches of 7 rows, 8 MiB decoded at
+    /// most): each fails as an invalid file.
+    #[test]
+    fn files_on_which_the_readers_panicked_fail_as_invalid() {
+        let dir = format!(
+            "{}/../tests/fixtures/fuzz/parquet",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 6);
+        let mut spec = spec(
+            r#"[{"name":"order_id","type":"int64"},{"name":"customer","type":"string"},
+            {"name":"quantity","type":"int32"},{"name":"amount","type":"decimal(12,2)"},
+            {"name":"ordered_at","type":"timestamp"}]"#,
+        );
+        spec.unknown_fields = super::super::UnknownFields::Rescue;
+        spec.bad_values = super::super::BadValues::Rescue;
+        spec.batch_rows = 7;
+        spec.max_decoded_bytes = Some(8 << 20);
+        for path in names {
+            // The fuzz target's first byte chose the spec; the rest is the file.
+            let bytes = std::fs::read(&path).unwrap();
+            let err = fail(&bytes[1..], &spec).to_string();
+            assert!(
+                err.contains("not a valid") || err.contains("cannot read the Parquet data"),
+                "{}: {err}",
+                path.display()
+            );
+        }
+    }
+
     #[test]
     fn corrupt_or_truncated_files_are_errors_never_panics() {
         let bytes = file_with(checks::numbered_and_repeated(), 700);

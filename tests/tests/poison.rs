@@ -1,8 +1,9 @@
 //! Poison inputs under the conversion watchdog (`tidemark::watchdog`), on both backend pairs:
 //! a corrupt ORC file on which `orc-rust` loops forever (`poison-rle-loop.orc`: the
-//! fixtures' uncompressed orders with one bit flipped in a RLE v2 run), and a test-only
-//! decoder that stands still, each fail within the stall limit as bad input naming the
-//! reason, are quarantined after `max_attempts`, and the other objects of their batches
+//! fixtures' uncompressed orders with one bit flipped in a RLE v2 run), an Avro file on which
+//! `arrow-avro` loops (`poison-block-loop.avro`, found by the `avro` fuzz target), and a
+//! test-only decoder that stands still, each fail within the stall limit as bad input naming
+//! the reason, are quarantined after `max_attempts`, and the other objects of their batches
 //! land exactly.
 //!
 //! The stall limit here is the floor (`watchdog::MIN_STALL`, 2 s): a third of the 6 s the
@@ -28,6 +29,7 @@ fn config(b: &Backends) -> Arc<Config> {
     let doc = json!({"sources": [
         source("orders", "in/", "csv"),
         source("orders_orc", "orc/", "orc"),
+        source("orders_avro", "avro/", "avro"),
     ]});
     Arc::new(Config::from_json(&doc.to_string()).expect("valid config"))
 }
@@ -161,6 +163,22 @@ async fn an_orc_file_that_loops_its_decoder_is_quarantined(b: Backends) {
     .await;
 }
 
+/// Found by the `avro` fuzz target: a block holding a byte more than its one record, on
+/// which `arrow-avro` 60.1 loops.
+async fn an_avro_file_that_loops_its_reader_is_quarantined(b: Backends) {
+    b.upload("avro/poison.avro", fixture("poison-block-loop.avro"))
+        .await;
+    b.upload("avro/good.avro", fixture("orders-deflate.avro"))
+        .await;
+    poison_is_bounded(
+        &b,
+        Arc::new(tidemark::process::NoFaults),
+        ("orders_avro", "avro/poison.avro"),
+        &[("orders_avro", "avro/good.avro", 1000)],
+    )
+    .await;
+}
+
 async fn a_decoder_that_stands_still_is_quarantined(b: Backends) {
     b.upload("in/spin.csv", orders_csv(1, 5).0).await;
     b.upload("in/ok.csv", orders_csv(100, 7).0).await;
@@ -175,5 +193,6 @@ async fn a_decoder_that_stands_still_is_quarantined(b: Backends) {
 
 tidemark_tests::on_both!(
     an_orc_file_that_loops_its_decoder_is_quarantined,
+    an_avro_file_that_loops_its_reader_is_quarantined,
     a_decoder_that_stands_still_is_quarantined,
 );

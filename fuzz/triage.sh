@@ -33,9 +33,10 @@ for f in "${files[@]}"; do
       kill -0 "$pid" 2>/dev/null || break
     done
     if kill -0 "$pid" 2>/dev/null; then
-      at=$(gdb -p "$pid" -batch -ex 'bt 60' 2>/dev/null |
-        grep -oE 'at [^ ]*(orc-rust-|arrow-avro-|parquet-|arrow-[a-z]+-|shared/src/)[^ ]*' |
-        sed 's/^at //; s|.*/registry/src/[^/]*/||; s|^/.*/shared/|shared/|' | head -3 | paste -sd' ' -)
+      # (A frame inlined from a dependency may name its file relative to its crate: src/…)
+      at=$(gdb -p "$pid" -batch -ex 'bt 60' 2>/dev/null | grep -oE ' at [^ ]+:[0-9]+' |
+        grep -vE '/rustc/|libfuzzer|sysdeps|nptl|/usr/include|\.\./' |
+        sed 's/^ at //; s|.*/registry/src/[^/]*/||; s|^/.*/shared/|shared/|' | head -3 | paste -sd' ' -)
       kill "$pid"
       wait "$pid" 2>/dev/null
       at="still running after 15 s in: ${at:-?}"

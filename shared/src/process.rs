@@ -1048,12 +1048,9 @@ impl Pipeline {
         let sums = source.doc.sum_columns.clone();
         let limits = (MAX_OPEN, source.max_partitions());
         let work_dir = dir.clone();
-        let mut spec = spec;
-        spec.progress = crate::watchdog::Progress::watched();
-        let progress = spec.progress.clone();
         let faults = self.faults.clone();
         let object_key = key.to_string();
-        let converted = crate::watchdog::run(&progress, limit, move || {
+        let converted = crate::watchdog::convert(spec, limit, move |spec| {
             faults.converting(&object_key);
             let whole = work_dir.join("whole.parquet");
             let mut file = std::io::BufWriter::new(std::fs::File::create(&whole)?);
@@ -1073,11 +1070,9 @@ impl Pipeline {
             if whole.exists() {
                 std::fs::remove_file(&whole)?;
             }
-            Ok::<_, ConvertError>((stats, parts))
+            Ok((stats, parts))
         })
-        .await
-        .map_err(ConvertError::from)
-        .and_then(|c| c);
+        .await;
         let (stats, parts) = match converted {
             Ok(done) => done,
             Err(e) => {
@@ -1370,12 +1365,9 @@ impl Pipeline {
         let part_size = self.settings.part_size;
         let (body, cut) = WatchedBody::new(body);
         let reader = SyncIoBridge::new(body);
-        let mut spec = spec;
-        spec.progress = crate::watchdog::Progress::watched();
-        let progress = spec.progress.clone();
         let faults = self.faults.clone();
         let key = src_key.to_string();
-        let converter = crate::watchdog::run(&progress, limit, move || {
+        let converter = crate::watchdog::convert(spec, limit, move |spec| {
             faults.converting(&key);
             let mut sink = PartSink {
                 tx,
@@ -1389,7 +1381,7 @@ impl Pipeline {
                 Some(f) => f.convert(reader, &spec, &mut sink)?,
             };
             sink.finish()?;
-            Ok::<_, ConvertError>((stats, filter))
+            Ok((stats, filter))
         });
 
         // Upload parts as they come; the first is held back until a second shows the output
@@ -1432,7 +1424,6 @@ impl Pipeline {
             converted = &mut converter => (None, converted),
             uploaded = &mut uploader => (Some(uploaded), converter.await),
         };
-        let converted = converted.map_err(ConvertError::from).and_then(|c| c);
         let uploaded = match (uploaded, &converted) {
             (Some(uploaded), _) => uploaded,
             (None, Err(ConvertError::Abandoned(why))) => {

@@ -1421,21 +1421,14 @@ async fn recount_source(
     else {
         return Ok(Err("the object changed during reconciliation".into()));
     };
-    let mut spec = source.convert_spec(key);
-    spec.progress = crate::watchdog::Progress::watched();
-    let progress = spec.progress.clone();
+    let spec = source.convert_spec(key);
     let (body, cut) = crate::process::WatchedBody::new(body);
     let reader = SyncIoBridge::new(body);
     // A recount that stands still is abandoned as ingest's conversion is: the object is
     // reported as no longer decoding.
-    let counted = crate::watchdog::run(
-        &progress,
-        crate::watchdog::stall_limit(i64::MAX),
-        move || convert::count(reader, &spec),
-    )
-    .await
-    .map_err(convert::ConvertError::from)
-    .and_then(|c| c);
+    let limit = crate::watchdog::stall_limit(i64::MAX);
+    let counted =
+        crate::watchdog::convert(spec, limit, move |spec| convert::count(reader, &spec)).await;
     if let (Err(_), Some(e)) = (&counted, cut.error(&source.doc.bucket, key)) {
         return Err(ProcessError::Store(e));
     }

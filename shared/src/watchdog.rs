@@ -140,6 +140,25 @@ pub async fn run<T: Send + 'static>(
     }
 }
 
+/// [`run`] for a conversion under `spec`: the spec gets a watched counter and goes to `f` on
+/// the conversion's thread; an abandoned conversion is its [`ConvertError::Abandoned`].
+///
+/// [`ConvertError::Abandoned`]: crate::convert::ConvertError::Abandoned
+pub async fn convert<T: Send + 'static>(
+    mut spec: crate::convert::ConvertSpec,
+    limit: Duration,
+    f: impl FnOnce(crate::convert::ConvertSpec) -> Result<T, crate::convert::ConvertError>
+    + Send
+    + 'static,
+) -> Result<T, crate::convert::ConvertError> {
+    spec.progress = Progress::watched();
+    let progress = spec.progress.clone();
+    run(&progress, limit, move || f(spec))
+        .await
+        .map_err(crate::convert::ConvertError::from)
+        .and_then(|converted| converted)
+}
+
 /// Has a conversion been abandoned in this process (a thread may still be spinning)?
 pub fn abandoned() -> bool {
     ABANDONED.load(Ordering::SeqCst)

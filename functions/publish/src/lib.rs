@@ -42,7 +42,7 @@ use deltalake::kernel::{Action, Add, Remove};
 use deltalake::{DeltaTable, DeltaTableError};
 use futures::StreamExt;
 use serde::Serialize;
-use tidemark::config::{Config, Partitioning, Source, table_key_hash, table_key_hash_of};
+use tidemark::config::{Config, Source, table_key_hash, table_key_hash_of};
 use tidemark::error::LedgerError;
 use tidemark::model::Record;
 use tidemark::ports::{Clock, Ledger, ObjectStore};
@@ -1061,17 +1061,13 @@ pub(crate) fn partition_values(source: &Source, path: &str) -> HashMap<String, O
             .filter(|v| *v != tidemark::partition::DEFAULT_PARTITION)
             .map(tidemark::partition::unescape)
     };
-    match source.partition_columns() {
-        Some(columns) => columns
-            .iter()
-            .map(|c| (c.name().to_string(), value_of(c.name())))
-            .collect(),
-        None if source.doc.output.partitioning == Partitioning::KeyDate => HashMap::from([(
-            delta::DATE_PARTITION.to_string(),
-            value_of(delta::DATE_PARTITION),
-        )]),
-        None => HashMap::new(),
-    }
+    delta::partition_columns(source)
+        .into_iter()
+        .map(|name| {
+            let value = value_of(&name);
+            (name, value)
+        })
+        .collect()
 }
 
 #[cfg(test)]

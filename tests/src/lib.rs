@@ -288,7 +288,18 @@ pub fn orders_config(
     Arc::new(Config::from_json(&doc.to_string()).expect("suite config is valid"))
 }
 
-/// A source of the orders (the columns of [`orders_csv`], `quantity` and `amount` summed) in
+/// The columns of [`orders_csv`], as a sources document spells them.
+pub fn orders_columns() -> Value {
+    json!([
+        {"name": "order_id", "type": "int64", "nullable": false},
+        {"name": "customer", "type": "string"},
+        {"name": "quantity", "type": "int32"},
+        {"name": "amount", "type": "decimal(12,2)"},
+        {"name": "ordered_at", "type": "timestamp"}
+    ])
+}
+
+/// A source of the orders ([`orders_columns`], `quantity` and `amount` summed) in
 /// `format` under `prefix` of `landing`, written to `<id>/` in `lake`.
 pub fn orders_source(
     (landing, lake): (&str, &str),
@@ -302,13 +313,7 @@ pub fn orders_source(
         "bucket": landing,
         "prefix": prefix,
         "format": format,
-        "schema": [
-            {"name": "order_id", "type": "int64", "nullable": false},
-            {"name": "customer", "type": "string"},
-            {"name": "quantity", "type": "int32"},
-            {"name": "amount", "type": "decimal(12,2)"},
-            {"name": "ordered_at", "type": "timestamp"}
-        ],
+        "schema": orders_columns(),
         "sum_columns": ["quantity", "amount"],
         "output": {"bucket": lake, "prefix": format!("{id}/")},
         "max_attempts": max_attempts
@@ -444,6 +449,30 @@ impl Backends {
     pub fn ctx(&self, run_id: &str) -> RunContext {
         use tidemark::ports::Clock;
         RunContext::new(run_id, self.clock.now_ms())
+    }
+
+    /// The ObjectCreated record of `key` as it was landed (its size and ETag, the key
+    /// form-encoded as S3 sends it), with `sequencer`.
+    pub async fn created_record(&self, key: &str, sequencer: &str) -> Value {
+        let meta = self
+            .store
+            .head(&self.landing, key)
+            .await
+            .unwrap()
+            .expect("landed");
+        json!({"eventVersion": "2.1", "eventSource": "aws:s3",
+            "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
+            "s3": {"bucket": {"name": self.landing},
+                   "object": {"key": form_encode(key), "size": meta.size, "eTag": meta.etag,
+                              "sequencer": sequencer}}})
+    }
+
+    /// The ObjectRemoved record of `key`, with `sequencer`.
+    pub fn removed_record(&self, key: &str, sequencer: &str) -> Value {
+        json!({"eventVersion": "2.1", "eventSource": "aws:s3",
+            "eventName": "ObjectRemoved:Delete", "eventTime": "2026-12-01T12:00:00.000Z",
+            "s3": {"bucket": {"name": self.landing},
+                   "object": {"key": form_encode(key), "sequencer": sequencer}}})
     }
 
     /// Reconcile `source` of `config` over every object landed so far, both tiers on every
@@ -839,19 +868,11 @@ impl<'a> Events<'a> {
     /// Lands `body` at `key` and sends its ObjectCreated event.
     pub async fn put(&mut self, key: &str, body: &str) {
         self.b.upload(key, body).await;
-        let meta = self
-            .b
-            .store
-            .head(&self.b.landing, key)
-            .await
-            .unwrap()
-            .expect("uploaded");
         self.seq += 1;
-        let record = json!({"eventVersion": "2.1", "eventSource": "aws:s3",
-            "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
-            "s3": {"bucket": {"name": self.b.landing},
-                   "object": {"key": form_encode(key), "size": meta.size, "eTag": meta.etag,
-                              "sequencer": format!("{:018X}", self.seq)}}});
+        let record = self
+            .b
+            .created_record(key, &format!("{:018X}", self.seq))
+            .await;
         self.send(record).await;
     }
 
@@ -863,11 +884,7 @@ impl<'a> Events<'a> {
             .await
             .unwrap();
         self.seq += 1;
-        let record = json!({"eventVersion": "2.1", "eventSource": "aws:s3",
-            "eventName": "ObjectRemoved:Delete", "eventTime": "2026-12-01T12:00:00.000Z",
-            "s3": {"bucket": {"name": self.b.landing},
-                   "object": {"key": form_encode(key),
-                              "sequencer": format!("{:018X}", self.seq)}}});
+        let record = self.b.removed_record(key, &format!("{:018X}", self.seq));
         self.send(record).await;
     }
 

@@ -25,7 +25,7 @@ use tidemark::process::Pipeline;
 use tidemark::reconcile;
 use tidemark_tests::{
     Backends, LEASE_MARGIN_MS, Totals, direct, form_encode, orders_csv, orders_jsonl,
-    parquet_totals, sqs,
+    orders_source, parquet_totals, sqs,
 };
 
 /// Attempts before quarantine in these suites.
@@ -38,19 +38,7 @@ const ROW: &str = "1,a,1,1.00,2024-03-01T00:00:00Z\n";
 /// with `limits` merged in (e.g. `{"max_object_bytes": 1000}`).
 fn config(b: &Backends, limits: Value) -> Arc<Config> {
     let source = |id: &str, prefix: &str, format: &str| {
-        let mut s = json!({
-            "source_id": id, "bucket": b.landing, "prefix": prefix, "format": format,
-            "schema": [
-                {"name": "order_id", "type": "int64", "nullable": false},
-                {"name": "customer", "type": "string"},
-                {"name": "quantity", "type": "int32"},
-                {"name": "amount", "type": "decimal(12,2)"},
-                {"name": "ordered_at", "type": "timestamp"}
-            ],
-            "sum_columns": ["quantity", "amount"],
-            "output": {"bucket": b.lake, "prefix": format!("{id}/")},
-            "max_attempts": MAX_ATTEMPTS
-        });
+        let mut s = orders_source((&b.landing, &b.lake), id, prefix, format, MAX_ATTEMPTS);
         for (k, v) in limits.as_object().into_iter().flatten() {
             s[k] = v.clone();
         }

@@ -30,7 +30,9 @@ use tidemark::config::Config;
 use tidemark::ingest::{self, Response};
 use tidemark::model::Status;
 use tidemark::process::Pipeline;
-use tidemark_tests::{Backends, Totals, direct, form_encode, orders_csv, parquet_totals, sqs};
+use tidemark_tests::{
+    Backends, Totals, direct, form_encode, orders_csv, orders_source, parquet_totals, sqs,
+};
 
 /// Attempts before quarantine in this suite.
 const MAX_ATTEMPTS: u32 = 2;
@@ -38,19 +40,7 @@ const MAX_ATTEMPTS: u32 = 2;
 /// The orders schema as CSV under `in/` and as Parquet under `pq/`.
 fn config(b: &Backends) -> Arc<Config> {
     let source = |id: &str, prefix: &str, format: &str| {
-        json!({
-            "source_id": id, "bucket": b.landing, "prefix": prefix, "format": format,
-            "schema": [
-                {"name": "order_id", "type": "int64", "nullable": false},
-                {"name": "customer", "type": "string"},
-                {"name": "quantity", "type": "int32"},
-                {"name": "amount", "type": "decimal(12,2)"},
-                {"name": "ordered_at", "type": "timestamp"}
-            ],
-            "sum_columns": ["quantity", "amount"],
-            "output": {"bucket": b.lake, "prefix": format!("{id}/")},
-            "max_attempts": MAX_ATTEMPTS
-        })
+        orders_source((&b.landing, &b.lake), id, prefix, format, MAX_ATTEMPTS)
     };
     let doc = json!({"sources": [
         source("orders", "in/", "csv"),

@@ -155,12 +155,7 @@ async fn crash_between_files_then_retry(
     b.upload(key, jsonl(rows)).await;
     let mut crashing = b.pipeline_with(config.clone());
     crashing.faults = Arc::new(BetweenFiles(Mutex::new(true)));
-    let meta = b.store.head(&b.landing, key).await.unwrap().unwrap();
-    let event = json!({"Records": [{"eventVersion": "2.1", "eventSource": "aws:s3",
-        "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
-        "s3": {"bucket": {"name": b.landing},
-               "object": {"key": key, "size": meta.size, "eTag": meta.etag,
-                          "sequencer": "00000000000000F000"}}}]});
+    let event = json!({"Records": [b.created_record(key, "00000000000000F000").await]});
     let r = tidemark::ingest::handle(&crashing, &event, &b.ctx("crash"), 4)
         .await
         .unwrap();
@@ -366,12 +361,7 @@ async fn too_many_partitions_fail_the_object_alone(b: Backends) {
         .iter()
         .enumerate()
     {
-        let meta = b.store.head(&b.landing, key).await.unwrap().unwrap();
-        events.push(json!({"eventVersion": "2.1", "eventSource": "aws:s3",
-            "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
-            "s3": {"bucket": {"name": b.landing},
-                   "object": {"key": key, "size": meta.size, "eTag": meta.etag,
-                              "sequencer": format!("{:018X}", 0x100 + i)}}}));
+        events.push(b.created_record(key, &format!("{:018X}", 0x100 + i)).await);
     }
     let r = tidemark::ingest::handle(
         &b.pipeline_with(config.clone()),

@@ -62,12 +62,7 @@ impl Faults for Spinning {
 async fn records(b: &Backends, keys: &[&str]) -> Value {
     let mut records = Vec::new();
     for (i, key) in keys.iter().enumerate() {
-        let meta = b.store.head(&b.landing, key).await.unwrap().unwrap();
-        records.push(json!({"eventVersion": "2.1", "eventSource": "aws:s3",
-            "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
-            "s3": {"bucket": {"name": b.landing},
-                   "object": {"key": key, "size": meta.size, "eTag": meta.etag,
-                              "sequencer": format!("{:018X}", 0x100 + i)}}}));
+        records.push(b.created_record(key, &format!("{:018X}", 0x100 + i)).await);
     }
     json!({"Records": records})
 }

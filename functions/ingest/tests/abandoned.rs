@@ -155,18 +155,10 @@ fn start_ingest(b: &Backends, api: &RuntimeApi) -> tokio::process::Child {
 async fn batch(b: &Backends, keys: &[&str]) -> Value {
     let mut messages = Vec::new();
     for key in keys {
-        let meta = b.store.head(&b.landing, key).await.unwrap().unwrap();
-        let record = json!({"eventVersion": "2.1", "eventSource": "aws:s3",
-            "eventName": "ObjectCreated:Put", "eventTime": "2026-12-01T12:00:00.000Z",
-            "s3": {"bucket": {"name": b.landing},
-                   "object": {"key": key, "size": meta.size, "eTag": meta.etag,
-                              "sequencer": "0000000000000001"}}});
-        messages.push(
-            json!({"messageId": key, "receiptHandle": "h", "eventSource": "aws:sqs",
-            "body": json!({"Records": [record]}).to_string()}),
-        );
+        let record = b.created_record(key, "0000000000000001").await;
+        messages.push((*key, json!({"Records": [record]})));
     }
-    json!({"Records": messages})
+    tidemark_tests::sqs(messages)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

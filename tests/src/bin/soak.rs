@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use tidemark::config::Config;
 use tidemark::ports::Clock;
 use tidemark::process::RunContext;
-use tidemark_tests::{Backends, form_encode, orders_csv, orders_jsonl};
+use tidemark_tests::{Backends, orders_columns, orders_csv, orders_jsonl, orders_source, sqs};
 
 /// Keys per source: overwrites keep the buckets and the ledger bounded.
 const KEYS: usize = 60;
@@ -70,17 +70,8 @@ fn fixture(path: &str) -> Vec<u8> {
 }
 
 fn config(b: &Backends) -> Arc<Config> {
-    let orders = json!([
-        {"name": "order_id", "type": "int64", "nullable": false},
-        {"name": "customer", "type": "string"},
-        {"name": "quantity", "type": "int32"},
-        {"name": "amount", "type": "decimal(12,2)"},
-        {"name": "ordered_at", "type": "timestamp"}
-    ]);
     let source = |id: &str, format: &str| {
-        json!({"source_id": id, "bucket": b.landing, "prefix": format!("{id}/"),
-               "format": format, "schema": orders, "sum_columns": ["quantity", "amount"],
-               "output": {"bucket": b.lake, "prefix": format!("{id}/")}, "max_attempts": 3})
+        orders_source((&b.landing, &b.lake), id, &format!("{id}/"), format, 3)
     };
     let mut partitioned = source("part", "jsonl");
     partitioned["output"]["partitioning"] = json!({"columns": [
@@ -98,14 +89,8 @@ fn config(b: &Backends) -> Arc<Config> {
 
 /// Parquet bytes of `rows` orders (converted from CSV as a producer would write them).
 fn parquet_orders(first: i64, rows: usize) -> Vec<u8> {
-    let schema: Vec<tidemark::schema::ColumnSpec> = serde_json::from_value(json!([
-        {"name": "order_id", "type": "int64", "nullable": false},
-        {"name": "customer", "type": "string"},
-        {"name": "quantity", "type": "int32"},
-        {"name": "amount", "type": "decimal(12,2)"},
-        {"name": "ordered_at", "type": "timestamp"}
-    ]))
-    .unwrap();
+    let schema: Vec<tidemark::schema::ColumnSpec> =
+        serde_json::from_value(orders_columns()).unwrap();
     let spec = tidemark::convert::ConvertSpec::with_columns(
         tidemark::convert::InputFormat::Csv(Default::default()),
         &schema,
@@ -261,34 +246,22 @@ async fn main() {
                     seq += 1;
                     let (key, body) = object(&mut rng, &mut id);
                     let sequencer = format!("{seq:018X}");
-                    let object = if rng.random_bool(0.02) {
+                    records.push(if rng.random_bool(0.02) {
                         b.store.delete(&b.landing, &key, None).await.unwrap();
-                        json!({"key": form_encode(&key), "sequencer": sequencer})
+                        b.removed_record(&key, &sequencer)
                     } else {
                         b.upload(&key, &body).await;
-                        let meta = b.store.head(&b.landing, &key).await.unwrap().unwrap();
-                        json!({"key": form_encode(&key), "size": meta.size, "eTag": meta.etag,
-                               "sequencer": sequencer})
-                    };
-                    let name = if object.get("eTag").is_some() {
-                        "ObjectCreated:Put"
-                    } else {
-                        "ObjectRemoved:Delete"
-                    };
-                    records.push(json!({"eventVersion": "2.1", "eventSource": "aws:s3",
-                        "eventName": name, "eventTime": "2026-12-05T12:00:00.000Z",
-                        "s3": {"bucket": {"name": b.landing}, "object": object}}));
+                        b.created_record(&key, &sequencer).await
+                    });
                 }
-                let messages = records
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, r)| {
-                        json!({"messageId": format!("m{rounds}-{i}"), "receiptHandle": "h",
-                               "eventSource": "aws:sqs",
-                               "body": json!({"Records": [r]}).to_string()})
-                    })
-                    .collect::<Vec<_>>();
-                json!({"Records": messages})
+                let ids: Vec<String> = (0..records.len())
+                    .map(|i| format!("m{rounds}-{i}"))
+                    .collect();
+                sqs(ids
+                    .iter()
+                    .zip(records)
+                    .map(|(id, r)| (id.as_str(), json!({"Records": [r]})))
+                    .collect())
             }
         };
         let ctx = RunContext::new(format!("soak-{rounds}"), b.clock.now_ms() + 900_000);

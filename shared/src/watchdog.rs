@@ -5,7 +5,10 @@
 //!   the input bytes it reads and the rows it decodes (the converter's metered input and its
 //!   batch loop), and the rows a partitioned output is split into.
 //! - [`run`] awaits the thread and looks at the counter every second (or a quarter of the
-//!   limit, when shorter). When the counter has not moved for the limit, the conversion is
+//!   limit, when shorter). The time between two looks counts as standing still only up to
+//!   two such intervals: a process the host did not run for a while (a frozen sandbox, a
+//!   machine swapping) held its watcher as long as its conversion, and is not taken for a
+//!   decoder that loops. When the counter has not moved for the limit, the conversion is
 //!   abandoned: [`run`] answers [`Abandoned::Stalled`], which the per-object path turns into a
 //!   failure of the object as bad input (counted towards `max_attempts`, so a poison file
 //!   costs at most `max_attempts` × the limit before it is quarantined), and the batch's
@@ -110,33 +113,98 @@ pub async fn run<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, Abandoned> {
     let (tx, mut rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("tidemark-convert".into())
-        .spawn(move || {
-            let _ = tx.send(f());
-        })
-        .map_err(|e| Abandoned::Died(format!("cannot start: {e}")))?;
-    let check = (limit / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    let (mut last, mut since) = (progress.get(), Instant::now());
+    spawn(move || {
+        let _ = tx.send(f());
+    })?;
+    let mut watch = Watch::new(progress, limit);
     loop {
-        match tokio::time::timeout(check, &mut rx).await {
+        match tokio::time::timeout(watch.check, &mut rx).await {
             Ok(Ok(answer)) => return Ok(answer),
             Ok(Err(_)) => return Err(Abandoned::Died("no answer".into())),
-            Err(_) => {
-                let now = progress.get();
-                if now != last || progress.waiting() {
-                    (last, since) = (now, Instant::now());
-                } else if since.elapsed() >= limit {
-                    ABANDONED.store(true, Ordering::SeqCst);
-                    tracing::error!(
-                        limit_s = limit.as_secs_f64(),
-                        "a conversion made no progress: abandoned, its thread left behind; \
-                         the process exits once its answer is given"
-                    );
-                    return Err(Abandoned::Stalled(limit));
-                }
-            }
+            Err(_) => watch.looked()?,
         }
+    }
+}
+
+/// [`run`] for a caller that is not async (the CLI's schema inference): the same watch, the
+/// calling thread blocked on the answer.
+pub fn run_blocking<T: Send + 'static>(
+    progress: &Progress,
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, Abandoned> {
+    use std::sync::mpsc::RecvTimeoutError;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    spawn(move || {
+        let _ = tx.send(f());
+    })?;
+    let mut watch = Watch::new(progress, limit);
+    loop {
+        match rx.recv_timeout(watch.check) {
+            Ok(answer) => return Ok(answer),
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(Abandoned::Died("no answer".into()));
+            }
+            Err(RecvTimeoutError::Timeout) => watch.looked()?,
+        }
+    }
+}
+
+fn spawn(f: impl FnOnce() + Send + 'static) -> Result<(), Abandoned> {
+    std::thread::Builder::new()
+        .name("tidemark-convert".into())
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| Abandoned::Died(format!("cannot start: {e}")))
+}
+
+/// The watcher's side of [`run`]: looks at the counter every `check`, and adds up the time
+/// it stood still. Only the watcher's own intervals count, each at most twice `check`: when
+/// the whole process was not running (a host that froze it, a machine swapping), the
+/// conversion did not stand still any more than its watcher did, and the gap is not taken
+/// for a stall.
+struct Watch<'p> {
+    progress: &'p Progress,
+    limit: Duration,
+    check: Duration,
+    last: u64,
+    looked_at: Instant,
+    still: Duration,
+}
+
+impl<'p> Watch<'p> {
+    fn new(progress: &'p Progress, limit: Duration) -> Self {
+        Self {
+            progress,
+            limit,
+            check: (limit / 4).clamp(Duration::from_millis(10), Duration::from_secs(1)),
+            last: progress.get(),
+            looked_at: Instant::now(),
+            still: Duration::ZERO,
+        }
+    }
+
+    /// One look at the counter, a `check` after the last: [`Abandoned::Stalled`] once it
+    /// stood still for the limit.
+    fn looked(&mut self) -> Result<(), Abandoned> {
+        let interval = self.looked_at.elapsed().min(self.check * 2);
+        self.looked_at = Instant::now();
+        let now = self.progress.get();
+        if now != self.last || self.progress.waiting() {
+            (self.last, self.still) = (now, Duration::ZERO);
+            return Ok(());
+        }
+        self.still += interval;
+        if self.still < self.limit {
+            return Ok(());
+        }
+        ABANDONED.store(true, Ordering::SeqCst);
+        tracing::error!(
+            limit_s = self.limit.as_secs_f64(),
+            "a conversion made no progress: abandoned, its thread left behind; \
+             the process exits once its answer is given"
+        );
+        Err(Abandoned::Stalled(self.limit))
     }
 }
 
@@ -307,6 +375,52 @@ mod tests {
         })
         .await;
         assert_eq!(answer, Ok("read"));
+    }
+
+    #[test]
+    fn a_blocking_caller_gets_the_same_watch() {
+        let progress = Progress::watched();
+        let p = progress.clone();
+        let answer = run_blocking(&progress, Duration::from_millis(100), move || {
+            for _ in 0..30 {
+                std::thread::sleep(Duration::from_millis(10));
+                p.tick(1);
+            }
+            "moved"
+        });
+        assert_eq!(answer, Ok("moved"));
+        let stop = Arc::new(AtomicBool::new(false));
+        let spinning = stop.clone();
+        let answer = run_blocking(
+            &Progress::watched(),
+            Duration::from_millis(100),
+            move || {
+                while !spinning.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            },
+        );
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(answer, Err(Abandoned::Stalled(Duration::from_millis(100))));
+    }
+
+    #[test]
+    fn a_process_that_was_not_running_is_not_a_stall() {
+        let progress = Progress::watched();
+        let mut watch = Watch::new(&progress, Duration::from_millis(400));
+        // The watcher itself was held for three limits (the process frozen, the machine
+        // swapping): one look counts at most two checks of standing still.
+        std::thread::sleep(Duration::from_millis(1200));
+        assert_eq!(watch.looked(), Ok(()));
+        assert!(watch.still <= watch.check * 2, "{:?}", watch.still);
+        // Standing still over its own looks, it is a stall.
+        let mut looks = 0;
+        while watch.looked().is_ok() {
+            std::thread::sleep(watch.check);
+            looks += 1;
+            assert!(looks < 10, "never abandoned");
+        }
+        assert!(looks >= 2, "{looks}");
     }
 
     #[test]

@@ -6,25 +6,20 @@
 //! never a panic.
 #![no_main]
 
-use std::io::{Seek, Write};
-
 use libfuzzer_sys::fuzz_target;
 use tidemark::convert::{CsvOptions, InputFormat};
 use tidemark::infer::{
-    Json, JsonShape, SeenColumn, TextTable, avro_columns, csv_records, json_columns,
-    orc_columns, parquet_columns,
+    Json, JsonShape, SeenColumn, TextTable, TypedFormat, csv_records, json_columns,
+    typed_columns,
 };
 use tidemark::schema::ColumnSpec;
 
 mod common;
 
-/// `data` in an anonymous temporary file, read from its start (the Parquet and ORC readers
-/// seek).
-fn file(data: &[u8]) -> Option<std::fs::File> {
-    let mut f = tempfile::tempfile().ok()?;
-    f.write_all(data).ok()?;
-    f.rewind().ok()?;
-    Some(f)
+/// The proposal for a file with types of its own: its columns as the converter reads them.
+fn typed(data: &[u8], format: TypedFormat, notes: &mut Vec<String>) -> Option<Vec<SeenColumn>> {
+    let progress = tidemark::watchdog::Progress::default();
+    typed_columns(|| Ok(data), "sample", format, &progress, notes).ok()
 }
 
 /// The CSV proposal: the records of the sample, the first one a header when `header` (names
@@ -113,17 +108,17 @@ fuzz_target!(|data: &[u8]| {
         5 => (
             InputFormat::Parquet,
             "parquet",
-            file(sample).and_then(|f| parquet_columns(f, &mut notes).ok()),
+            typed(sample, TypedFormat::Parquet, &mut notes),
         ),
         6 => (
             InputFormat::Avro,
             "avro",
-            avro_columns(sample, &mut notes).ok(),
+            typed(sample, TypedFormat::Avro, &mut notes),
         ),
         _ => (
             InputFormat::Orc,
             "orc",
-            file(sample).and_then(|f| orc_columns(f, &mut notes).ok()),
+            typed(sample, TypedFormat::Orc, &mut notes),
         ),
     };
     let show = common::show();

@@ -789,24 +789,76 @@ fn named(field: &arrow_schema::Field) -> Option<FieldType> {
     })
 }
 
-/// The columns of one file with types of its own, from its schema, with the values and NULLs
-/// of each counted over its record batches. A column whose type no column type reads is left
-/// out, with a note naming it.
-pub fn typed_columns<I>(
-    schema: &arrow_schema::Schema,
-    batches: I,
+/// A format whose files carry their own types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TypedFormat {
+    /// Apache Parquet.
+    Parquet,
+    /// An Avro Object Container File.
+    Avro,
+    /// Apache ORC.
+    Orc,
+}
+
+/// Decompressed bytes a sampled file may inflate to (a source's default).
+pub const MAX_DECODED_BYTES: u64 = 64 << 30;
+
+/// The columns of one Parquet, Avro or ORC file (wrapped whole in gzip or zstd when `name`
+/// says so, as a key does), read as the converter reads it when it lands: its fields from
+/// the footer or header ([`convert::file_fields`]), each a column of the type that reads it
+/// (a field no column type reads is left out, with a note naming it), then its rows decoded
+/// under those columns ([`convert::read`]), the values and NULLs of each counted. `open`
+/// gives the file from its start (it is read twice). The readers' bounds hold here too: a
+/// reader's panic fails the file as invalid, what it inflates to counts against
+/// [`MAX_DECODED_BYTES`], and the input read and every batch decoded move `progress`, for a
+/// watchdog to abandon a reader that loops ([`crate::watchdog::run_blocking`]).
+///
+/// [`convert::file_fields`]: crate::convert::file_fields
+/// [`convert::read`]: crate::convert::read
+pub fn typed_columns<R: std::io::Read + Send>(
+    open: impl Fn() -> std::io::Result<R>,
+    name: &str,
+    format: TypedFormat,
+    progress: &crate::watchdog::Progress,
     notes: &mut Vec<String>,
-) -> Result<Vec<SeenColumn>, String>
-where
-    I: IntoIterator<Item = Result<arrow_array::RecordBatch, arrow_schema::ArrowError>>,
-{
+) -> Result<Vec<SeenColumn>, String> {
+    use crate::convert::{self, Compression, ConvertSpec, InputFormat};
     use arrow_array::Array;
-    let mut nulls = vec![0u64; schema.fields().len()];
-    let mut rows = 0u64;
-    let mut examples: Vec<Option<String>> = vec![None; schema.fields().len()];
-    for batch in batches {
-        let batch = batch.map_err(|e| format!("cannot read its rows: {e}"))?;
-        rows += batch.num_rows() as u64;
+    let input_format = match format {
+        TypedFormat::Parquet => InputFormat::Parquet,
+        TypedFormat::Avro => InputFormat::Avro,
+        TypedFormat::Orc => InputFormat::Orc,
+    };
+    let spec_of = |columns: &[ColumnSpec]| {
+        let mut spec = ConvertSpec::with_columns(input_format, columns);
+        spec.compression = Compression::from_key(name).0;
+        spec.max_decoded_bytes = Some(MAX_DECODED_BYTES);
+        spec.progress = progress.clone();
+        spec
+    };
+    let opened = || open().map_err(|e| format!("cannot open it: {e}"));
+    let fields = convert::file_fields(opened()?, &spec_of(&[])).map_err(|e| e.to_string())?;
+    let mut columns = Vec::new();
+    for field in &fields {
+        match field_type_of(field) {
+            Some(ty) => columns.push(ColumnSpec {
+                name: field.name().clone(),
+                path: None,
+                ty,
+                nullable: true,
+                format: None,
+                timezone: None,
+            }),
+            None => notes.push(format!(
+                "{}: type {} is read by no column type: left out",
+                field.name(),
+                field.data_type()
+            )),
+        }
+    }
+    let mut nulls = vec![0u64; columns.len()];
+    let mut examples: Vec<Option<String>> = vec![None; columns.len()];
+    let read = convert::read(opened()?, &spec_of(&columns), |batch| {
         for (i, column) in batch.columns().iter().enumerate().take(nulls.len()) {
             nulls[i] += column.null_count() as u64;
             if examples[i].is_none() {
@@ -820,71 +872,24 @@ where
                 }
             }
         }
-    }
-    let mut out = Vec::new();
-    for (i, field) in schema.fields().iter().enumerate() {
-        let Some(ty) = field_type_of(field) else {
-            notes.push(format!(
-                "{}: type {} is read by no column type: left out",
-                field.name(),
-                field.data_type()
-            ));
-            continue;
-        };
-        out.push(SeenColumn {
-            column: ColumnSpec {
-                name: field.name().clone(),
-                path: None,
-                ty,
-                nullable: nulls[i] > 0 || rows == 0,
-                format: None,
-                timezone: None,
-            },
-            values: rows - nulls[i],
-            nulls: nulls[i],
-            example: examples[i].clone(),
-            notes: Vec::new(),
-        });
-    }
-    Ok(out)
-}
-
-/// The columns of a Parquet file.
-pub fn parquet_columns(
-    file: std::fs::File,
-    notes: &mut Vec<String>,
-) -> Result<Vec<SeenColumn>, String> {
-    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-        .map_err(|e| format!("not a valid Parquet file: {e}"))?;
-    let schema = builder.schema().clone();
-    let reader = builder
-        .build()
-        .map_err(|e| format!("cannot read this Parquet file: {e}"))?;
-    typed_columns(&schema, reader, notes)
-}
-
-/// The columns of an Avro Object Container File.
-pub fn avro_columns(
-    input: impl std::io::BufRead,
-    notes: &mut Vec<String>,
-) -> Result<Vec<SeenColumn>, String> {
-    let reader = arrow_avro::reader::ReaderBuilder::new()
-        .build(input)
-        .map_err(|e| format!("not a valid Avro file: {e}"))?;
-    let schema = reader.schema();
-    typed_columns(&schema, reader, notes)
-}
-
-/// The columns of an ORC file.
-pub fn orc_columns(
-    file: std::fs::File,
-    notes: &mut Vec<String>,
-) -> Result<Vec<SeenColumn>, String> {
-    let builder = orc_rust::ArrowReaderBuilder::try_new(file)
-        .map_err(|e| format!("not a valid ORC file: {e}"))?;
-    let schema = builder.schema();
-    let reader = builder.build();
-    typed_columns(&schema, reader, notes)
+        Ok(())
+    })
+    .map_err(|e| e.to_string())?;
+    let rows = read.rows;
+    Ok(columns
+        .into_iter()
+        .zip(nulls.into_iter().zip(examples))
+        .map(|(mut column, (nulls, example))| {
+            column.nullable = nulls > 0 || rows == 0;
+            SeenColumn {
+                column,
+                values: rows - nulls,
+                nulls,
+                example,
+                notes: Vec::new(),
+            }
+        })
+        .collect())
 }
 
 /// The records of CSV text (`delimiter`, `quote`), each a list of fields; a record cut by

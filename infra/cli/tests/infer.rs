@@ -360,3 +360,61 @@ fn compared_with_a_source_it_names_what_fails_and_proposes_only_additions() {
     );
     assert_eq!(compared["under_current"][0]["outcome"], "fails");
 }
+
+/// `tidemark infer` on `path` with a stall limit of 2 s: it fails (exit 2, not a panic's 101),
+/// naming the file and saying one of `why`.
+fn fails_naming(path: &Path, why: &[&str]) {
+    let o = Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["infer", path.to_str().unwrap()])
+        .env_remove("TIDEMARK_CONFIG_FILE")
+        .env_remove("TIDEMARK_CONFIG")
+        .env("TIDEMARK_STALL_SECONDS", "2")
+        .output()
+        .expect("run tidemark");
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stderr);
+    let said = said.lines().last().unwrap_or_default();
+    assert!(
+        said.contains(&path.display().to_string()) && why.iter().any(|w| said.contains(w)),
+        "{}: expected …{why:?}…, got {said}",
+        path.display()
+    );
+}
+
+#[test]
+fn files_on_which_the_readers_loop_or_panic_fail_naming_the_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let copy = |from: PathBuf, name: &str| {
+        let to = dir.path().join(name);
+        std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+        to
+    };
+    let fixtures = repo().join("tests/fixtures");
+    // The readers loop on these (an RLE v2 run in ORC, a block in Avro): the watchdog
+    // abandons them, as it does a landed object.
+    let stalled = &["no progress for 2 s (no input byte read, no row decoded)"];
+    fails_naming(
+        &copy(fixtures.join("avro_orc/poison-rle-loop.orc"), "loop.orc"),
+        stalled,
+    );
+    fails_naming(
+        &copy(
+            fixtures.join("avro_orc/poison-block-loop.avro"),
+            "loop.avro",
+        ),
+        stalled,
+    );
+    // parquet-rs and arrow-rs panic on these (found by fuzzing): invalid files.
+    let mut crashes: Vec<_> = std::fs::read_dir(fixtures.join("fuzz/parquet"))
+        .expect("fuzz fixtures")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    crashes.sort();
+    assert!(!crashes.is_empty());
+    for (i, crash) in crashes.into_iter().enumerate() {
+        fails_naming(
+            &copy(crash, &format!("crash-{i}.parquet")),
+            &["not a valid", "cannot read the Parquet data"],
+        );
+    }
+}

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use arrow_array::RecordBatch;
 use arrow_avro::compression::CompressionCodec;
 use arrow_avro::reader::{Reader, ReaderBuilder, read_header_info};
-use arrow_schema::ArrowError;
+use arrow_schema::{ArrowError, Fields};
 
 use super::typed::{Rows, TypedBatches, invalid, typed};
 use super::{ConvertError, ConvertSpec};
@@ -44,6 +44,12 @@ pub(super) type AvroBatches<R> = TypedBatches<Blocks<R>>;
 
 /// The input with its header given again in front (it was read to learn the schema).
 type Replayed<R> = io::Chain<io::Cursor<Vec<u8>>, Recorder<R>>;
+
+/// The top-level fields of the Avro file `input` as its reader reads them (from the header;
+/// no block read).
+pub(super) fn fields(input: impl BufRead, spec: &ConvertSpec) -> Result<Fields, ConvertError> {
+    Ok(open(input, spec, None)?.schema().fields().clone())
+}
 
 /// Reads the header of `input` and checks its columns against the spec's schema.
 pub(super) fn batches<R: BufRead>(

@@ -1175,6 +1175,37 @@ pub fn count<R: Read + Send>(input: R, spec: &ConvertSpec) -> Result<ConvertStat
     decode(input, &spec, |_| Ok(()))
 }
 
+/// Decode `input` as [`convert`] does and hand each batch (in the spec's output schema) to
+/// `each`, writing nothing: schema inference counts the values of each column with it.
+pub fn read<R: Read + Send>(
+    input: R,
+    spec: &ConvertSpec,
+    each: impl FnMut(&RecordBatch) -> Result<(), ConvertError>,
+) -> Result<ConvertStats, ConvertError> {
+    decode(input, spec, each)
+}
+
+/// The top-level fields of a Parquet, Avro or ORC file (`spec`'s format and compression),
+/// as its reader in [`convert`] reads them: from the footer or the header, no row read. Read
+/// as a conversion reads the file: the decompressed input counts against
+/// [`ConvertSpec::max_decoded_bytes`] and moves the spec's progress, and a panic of the
+/// reader fails the file as invalid.
+pub fn file_fields<R: Read + Send>(
+    input: R,
+    spec: &ConvertSpec,
+) -> Result<arrow_schema::Fields, ConvertError> {
+    let meter = input::Meter::watching(spec.progress.clone());
+    let reader = input::open(input, spec, &meter)?;
+    guarded(|| match spec.format {
+        InputFormat::Parquet => parquet_input::fields(reader),
+        InputFormat::Avro => avro::fields(reader, spec),
+        InputFormat::Orc => orc::fields(reader),
+        _ => Err(ConvertError::invalid_spec(
+            "only Parquet, Avro and ORC files carry their fields",
+        )),
+    })
+}
+
 /// Rows and sums of `columns` in a Parquet file (an output, read back).
 pub fn tally_parquet(
     body: bytes::Bytes,

@@ -41,6 +41,22 @@ use crate::schema::FieldType;
 /// Batches of a spooled ORC file in the spec's schema.
 pub(super) type OrcBatches = TypedBatches<ArrowReader<File>>;
 
+/// The top-level fields of the ORC file `input` as its reader reads them (from the footer;
+/// no stripe read).
+pub(super) fn fields(input: impl BufRead) -> Result<Fields, ConvertError> {
+    let builder = ArrowReaderBuilder::try_new(spool(input)?)
+        .map_err(|e| invalid(format!("not a valid ORC file: {e}")))?;
+    Ok(fields_of(builder.file_metadata().root_data_type()))
+}
+
+/// The fields of the file's root struct, each nullable.
+fn fields_of(root: &orc_rust::schema::RootDataType) -> Fields {
+    root.children()
+        .iter()
+        .map(|c| Field::new(c.name(), c.data_type().to_arrow_data_type(), true))
+        .collect()
+}
+
 /// Spools `input` and checks the file's footer and columns against the spec's schema.
 pub(super) fn batches(
     input: impl BufRead,
@@ -67,10 +83,7 @@ pub(super) fn batches(
     }
     let root = metadata.root_data_type().clone();
     let children = root.children();
-    let fields: Fields = children
-        .iter()
-        .map(|c| Field::new(c.name(), c.data_type().to_arrow_data_type(), true))
-        .collect();
+    let fields = fields_of(&root);
     let statistics = metadata.column_file_statistics();
     let counted = |at: usize, levels: &[Level]| {
         let column = column_at(children[at].data_type(), levels)?.column_index();

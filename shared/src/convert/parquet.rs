@@ -35,6 +35,14 @@ use crate::schema::FieldType;
 /// Batches of a spooled Parquet file in the spec's schema.
 pub(super) type ParquetBatches = TypedBatches<ParquetRecordBatchReader>;
 
+/// The top-level fields of the Parquet file `input` as its reader reads them (from the
+/// footer; no page read).
+pub(super) fn fields(input: impl BufRead) -> Result<arrow_schema::Fields, ConvertError> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(spool(input)?)
+        .map_err(|e| invalid(format!("not a valid Parquet file: {e}")))?;
+    Ok(builder.schema().fields().clone())
+}
+
 /// Spools `input` and checks the file's footer and columns against the spec's schema.
 pub(super) fn batches(
     input: impl BufRead,

@@ -262,7 +262,16 @@ pub fn default_key(source: &Source, input: &Path) -> String {
 /// run (unknown source, unreadable input, unwritable output folder); a conversion that fails
 /// is a report with `ok: false`.
 pub fn convert_file(config: &Config, args: &ConvertArgs) -> Result<ConvertReport, Error> {
-    convert_file_watched(config, args, &tidemark::watchdog::Progress::default())
+    // Watched as ingest's conversions are: a decoder that loops on the file is abandoned
+    // after TIDEMARK_STALL_SECONDS (default 60) without progress.
+    let progress = tidemark::watchdog::Progress::watched();
+    let (config, owned, watched) = (config.clone(), args.clone(), progress.clone());
+    tidemark::watchdog::run_blocking(
+        &progress,
+        tidemark::watchdog::stall_limit(i64::MAX),
+        move || convert_file_watched(&config, &owned, &watched),
+    )
+    .map_err(|e| format!("{}: {e}", args.input.display()))?
 }
 
 /// [`convert_file`], moving `progress` as it reads and decodes (for the watchdog).
@@ -605,18 +614,9 @@ pub async fn convert_command(
     json: bool,
     out: Out<'_>,
 ) -> Result<ExitCode, Error> {
-    // Watched as ingest's conversions are: a decoder that loops on the file is abandoned
-    // after TIDEMARK_STALL_SECONDS (default 60) without progress.
-    let progress = tidemark::watchdog::Progress::watched();
-    let watched = progress.clone();
-    let input = args.input.display().to_string();
-    let report = tidemark::watchdog::run(
-        &progress,
-        tidemark::watchdog::stall_limit(i64::MAX),
-        move || convert_file_watched(&config, &args, &watched),
-    )
-    .await
-    .map_err(|e| format!("{input}: {e}"))??;
+    // Watched as ingest's conversions are (see convert_file); the command has nothing else
+    // to run while the conversion does.
+    let report = convert_file(&config, &args)?;
     if json {
         print_json(out, &report)?;
     } else {

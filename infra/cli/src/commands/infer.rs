@@ -19,7 +19,9 @@ use std::process::ExitCode;
 use serde::Serialize;
 use tidemark::config::Config;
 use tidemark::convert::{Compression, decoder};
-use tidemark::infer::{JsonShape, SeenColumn, TextTable, TextTypes, csv_records, json_columns};
+use tidemark::infer::{
+    JsonShape, SeenColumn, TextTable, TextTypes, TypedFormat, csv_records, json_columns,
+};
 use tidemark::schema::{ColumnType, FieldType};
 
 use super::convert::{ConvertArgs, Shown, convert_file};
@@ -446,16 +448,13 @@ fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Propos
             let mut merged: Vec<SeenColumn> = Vec::new();
             for (n, file) in files.iter().enumerate() {
                 let at = |e: String| format!("{}: {e}", file.display());
-                let open = || File::open(file).map_err(|e| at(format!("cannot open it: {e}")));
-                let columns = match format {
-                    Format::Parquet => tidemark::infer::parquet_columns(open()?, &mut notes),
-                    Format::Orc => tidemark::infer::orc_columns(open()?, &mut notes),
-                    _ => tidemark::infer::avro_columns(
-                        BufReader::new(decompressed(file).map_err(at)?),
-                        &mut notes,
-                    ),
-                }
-                .map_err(at)?;
+                let typed = match format {
+                    Format::Parquet => TypedFormat::Parquet,
+                    Format::Orc => TypedFormat::Orc,
+                    _ => TypedFormat::Avro,
+                };
+                let (columns, file_notes) = typed_columns_watched(file, typed).map_err(at)?;
+                notes.extend(file_notes);
                 records_read.push(
                     columns
                         .iter()
@@ -628,6 +627,35 @@ fn relax(columns: &mut [SeenColumn], failure: &super::convert::Failure) -> bool 
         return true;
     }
     false
+}
+
+/// The columns of the Parquet, Avro or ORC file at `path` ([`tidemark::infer::typed_columns`]),
+/// read under the watchdog as a landed object is: a reader that loops on the file is
+/// abandoned after `TIDEMARK_STALL_SECONDS` (default 60) without progress, and the command
+/// fails naming the file. Its notes are returned with its columns.
+fn typed_columns_watched(
+    path: &Path,
+    format: TypedFormat,
+) -> Result<(Vec<SeenColumn>, Vec<String>), String> {
+    let progress = tidemark::watchdog::Progress::watched();
+    let (path, watched) = (path.to_path_buf(), progress.clone());
+    let name = name_of(&path);
+    tidemark::watchdog::run_blocking(
+        &progress,
+        tidemark::watchdog::stall_limit(i64::MAX),
+        move || {
+            let mut notes = Vec::new();
+            let columns = tidemark::infer::typed_columns(
+                || File::open(&path),
+                &name,
+                format,
+                &watched,
+                &mut notes,
+            )?;
+            Ok((columns, notes))
+        },
+    )
+    .map_err(|e| e.to_string())?
 }
 
 /// Propose, then convert every file under the proposal, widening what fails.

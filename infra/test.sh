@@ -40,6 +40,22 @@ STEP_TOTAL=6
 
 banner() { printf '\n==== [%s] %s ====\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$*"; }
 
+# The space left where the build and the tests write: a fresh build's target/ takes about
+# 9 GB, and the suites' objects (folders and the S3 emulator's spool, 100 MB objects among
+# them) take up to 1 GB more under the temporary directory while they run. A disk that
+# fills fails tests with errors that do not say so (an emulator's 500, a file not created):
+# the space is printed before the run and again when a step fails.
+disk() {
+    local tmp="${TMPDIR:-/tmp}"
+    echo "disk: $(df -h --output=avail "$ROOT" | tail -1 | tr -d ' ') free for $ROOT," \
+        "$(df -h --output=avail "$tmp" | tail -1 | tr -d ' ') for $tmp"
+    local free_kb
+    free_kb=$(df -k --output=avail "$ROOT" | tail -1 | tr -d ' ')
+    if ((free_kb < 12 * 1024 * 1024)) && [[ ! -d "$ROOT/target/debug" ]]; then
+        echo "disk: WARNING: less than 12 GB free for a fresh build and its tests"
+    fi
+}
+
 # step NAME CMD... : run CMD under a banner; on failure say which step failed and exit.
 step() {
     local name="$1" start=$SECONDS rc=0
@@ -49,6 +65,7 @@ step() {
     "$@" || rc=$?
     if ((rc != 0)); then
         banner "FAILED: step $STEP_NO/$STEP_TOTAL ($name), exit code $rc, after $((SECONDS - start))s"
+        disk
         exit "$rc"
     fi
     echo "---- $name passed in $((SECONDS - start))s"
@@ -153,6 +170,7 @@ template_invariants() {
 }
 
 begin=$SECONDS
+disk
 step "local stack" start_stack
 step "template" check_template
 step "fmt" cargo fmt --all -- --check

@@ -19,7 +19,7 @@
 //!
 //! ```sh
 //! infra/localstack.sh start && . .local/stack.env && \
-//!   cargo test -p tidemark-tests --test chaos -- --ignored --nocapture
+//!   cargo test -p tidemark-tests --test suite -- chaos:: --ignored --nocapture
 //! ```
 //!
 //! `TIDEMARK_CHAOS_SEED=<u64 or 0x hex>` picks the seed (default
@@ -228,37 +228,37 @@ async fn full_run_of(b: Backends, tables: bool, partitioned: bool) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "full-size chaos run (minutes): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
+#[ignore = "full-size chaos run (minutes): cargo test -p tidemark-tests --test suite -- chaos:: --ignored --nocapture"]
 async fn full_partitioned_chaos_run_with_tables_on_the_embedded_backends() {
     full_run_of(Backends::embedded().await, true, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "full-size chaos run (minutes, needs the local stack): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
+#[ignore = "full-size chaos run (minutes, needs the local stack): cargo test -p tidemark-tests --test suite -- chaos:: --ignored --nocapture"]
 async fn full_partitioned_chaos_run_with_tables_on_dynamodb_local_and_the_s3_emulator() {
     full_run_of(Backends::aws().await, true, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "full-size chaos run (minutes, needs the local stack): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
+#[ignore = "full-size chaos run (minutes, needs the local stack): cargo test -p tidemark-tests --test suite -- chaos:: --ignored --nocapture"]
 async fn full_chaos_run_with_tables_on_dynamodb_local_and_the_s3_emulator() {
     full_run(Backends::aws().await, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "full-size chaos run (minutes): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
+#[ignore = "full-size chaos run (minutes): cargo test -p tidemark-tests --test suite -- chaos:: --ignored --nocapture"]
 async fn full_chaos_run_with_tables_on_the_embedded_backends() {
     full_run(Backends::embedded().await, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "full-size chaos run (minutes): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
+#[ignore = "full-size chaos run (minutes): cargo test -p tidemark-tests --test suite -- chaos:: --ignored --nocapture"]
 async fn full_chaos_run_on_the_embedded_backends() {
     full_run(Backends::embedded().await, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "full-size chaos run (minutes, needs the local stack): cargo test -p tidemark-tests --test chaos -- --ignored --nocapture"]
+#[ignore = "full-size chaos run (minutes, needs the local stack): cargo test -p tidemark-tests --test suite -- chaos:: --ignored --nocapture"]
 async fn full_chaos_run_on_dynamodb_local_and_the_s3_emulator() {
     full_run(Backends::aws().await, false).await;
 }

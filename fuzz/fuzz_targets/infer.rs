@@ -9,15 +9,14 @@
 use libfuzzer_sys::fuzz_target;
 use tidemark::convert::{CsvOptions, InputFormat};
 use tidemark::infer::{
-    Json, JsonShape, SeenColumn, TextTable, TypedFormat, csv_records, json_columns,
-    typed_columns,
+    Json, JsonShape, SeenColumn, TextTable, csv_records, json_columns, typed_columns,
 };
 use tidemark::schema::ColumnSpec;
 
 mod common;
 
 /// The proposal for a file with types of its own: its columns as the converter reads them.
-fn typed(data: &[u8], format: TypedFormat, notes: &mut Vec<String>) -> Option<Vec<SeenColumn>> {
+fn typed(data: &[u8], format: InputFormat, notes: &mut Vec<String>) -> Option<Vec<SeenColumn>> {
     let progress = tidemark::watchdog::Progress::default();
     typed_columns(|| Ok(data), "sample", format, &progress, notes).ok()
 }
@@ -108,17 +107,17 @@ fuzz_target!(|data: &[u8]| {
         5 => (
             InputFormat::Parquet,
             "parquet",
-            typed(sample, TypedFormat::Parquet, &mut notes),
+            typed(sample, InputFormat::Parquet, &mut notes),
         ),
         6 => (
             InputFormat::Avro,
             "avro",
-            typed(sample, TypedFormat::Avro, &mut notes),
+            typed(sample, InputFormat::Avro, &mut notes),
         ),
         _ => (
             InputFormat::Orc,
             "orc",
-            typed(sample, TypedFormat::Orc, &mut notes),
+            typed(sample, InputFormat::Orc, &mut notes),
         ),
     };
     let show = common::show();

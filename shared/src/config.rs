@@ -720,6 +720,9 @@ impl OnBadRow {
 /// Default of `max_rejected_rows`.
 pub const DEFAULT_MAX_REJECTED_ROWS: u64 = 1000;
 
+/// Default of `max_decoded_bytes`: 64 GiB.
+pub const DEFAULT_MAX_DECODED_BYTES: u64 = 64 << 30;
+
 /// Glue's job-bookmark modes (see `process::Pipeline::process`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
@@ -1420,7 +1423,11 @@ impl Source {
         }
         spec.compression = compression;
         spec.sum_columns = self.doc.sum_columns.clone();
-        spec.max_decoded_bytes = Some(self.doc.max_decoded_bytes.unwrap_or(64 << 30));
+        spec.max_decoded_bytes = Some(
+            self.doc
+                .max_decoded_bytes
+                .unwrap_or(DEFAULT_MAX_DECODED_BYTES),
+        );
         if let Some(max) = self.doc.max_record_bytes {
             spec.max_record_bytes = usize::try_from(max).unwrap_or(usize::MAX);
         }

@@ -789,50 +789,32 @@ fn named(field: &arrow_schema::Field) -> Option<FieldType> {
     })
 }
 
-/// A format whose files carry their own types.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TypedFormat {
-    /// Apache Parquet.
-    Parquet,
-    /// An Avro Object Container File.
-    Avro,
-    /// Apache ORC.
-    Orc,
-}
-
-/// Decompressed bytes a sampled file may inflate to (a source's default).
-pub const MAX_DECODED_BYTES: u64 = 64 << 30;
-
-/// The columns of one Parquet, Avro or ORC file (wrapped whole in gzip or zstd when `name`
-/// says so, as a key does), read as the converter reads it when it lands: its fields from
-/// the footer or header ([`convert::file_fields`]), each a column of the type that reads it
-/// (a field no column type reads is left out, with a note naming it), then its rows decoded
-/// under those columns ([`convert::read`]), the values and NULLs of each counted. `open`
-/// gives the file from its start (it is read twice). The readers' bounds hold here too: a
-/// reader's panic fails the file as invalid, what it inflates to counts against
-/// [`MAX_DECODED_BYTES`], and the input read and every batch decoded move `progress`, for a
-/// watchdog to abandon a reader that loops ([`crate::watchdog::run_blocking`]).
+/// The columns of one Parquet, Avro or ORC file (`format`; wrapped whole in gzip or zstd
+/// when `name` says so, as a key does), read as the converter reads it when it lands: its
+/// fields from the footer or header ([`convert::file_fields`]), each a column of the type
+/// that reads it (a field no column type reads is left out, with a note naming it), then its
+/// rows decoded under those columns ([`convert::read`]), the values and NULLs of each
+/// counted. `open` gives the file from its start (it is read twice). The readers' bounds
+/// hold here too: a reader's panic fails the file as invalid, what it inflates to counts
+/// against a source's default `max_decoded_bytes`, and the input read and every batch
+/// decoded move `progress`, for a watchdog to abandon a reader that loops
+/// ([`crate::watchdog::run_blocking`]).
 ///
 /// [`convert::file_fields`]: crate::convert::file_fields
 /// [`convert::read`]: crate::convert::read
 pub fn typed_columns<R: std::io::Read + Send>(
     open: impl Fn() -> std::io::Result<R>,
     name: &str,
-    format: TypedFormat,
+    format: crate::convert::InputFormat,
     progress: &crate::watchdog::Progress,
     notes: &mut Vec<String>,
 ) -> Result<Vec<SeenColumn>, String> {
-    use crate::convert::{self, Compression, ConvertSpec, InputFormat};
+    use crate::convert::{self, Compression, ConvertSpec};
     use arrow_array::Array;
-    let input_format = match format {
-        TypedFormat::Parquet => InputFormat::Parquet,
-        TypedFormat::Avro => InputFormat::Avro,
-        TypedFormat::Orc => InputFormat::Orc,
-    };
     let spec_of = |columns: &[ColumnSpec]| {
-        let mut spec = ConvertSpec::with_columns(input_format, columns);
+        let mut spec = ConvertSpec::with_columns(format, columns);
         spec.compression = Compression::from_key(name).0;
-        spec.max_decoded_bytes = Some(MAX_DECODED_BYTES);
+        spec.max_decoded_bytes = Some(crate::config::DEFAULT_MAX_DECODED_BYTES);
         spec.progress = progress.clone();
         spec
     };

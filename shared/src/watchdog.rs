@@ -126,19 +126,20 @@ pub async fn run<T: Send + 'static>(
     }
 }
 
-/// [`run`] for a caller that is not async (the CLI's schema inference): the same watch, the
-/// calling thread blocked on the answer.
+/// [`run`] for a caller that is not async (the CLI's `convert` and schema inference): `f`
+/// gets a watched counter to move, the calling thread is blocked on the answer.
 pub fn run_blocking<T: Send + 'static>(
-    progress: &Progress,
     limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
+    f: impl FnOnce(Progress) -> T + Send + 'static,
 ) -> Result<T, Abandoned> {
     use std::sync::mpsc::RecvTimeoutError;
+    let progress = Progress::watched();
+    let moved = progress.clone();
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     spawn(move || {
-        let _ = tx.send(f());
+        let _ = tx.send(f(moved));
     })?;
-    let mut watch = Watch::new(progress, limit);
+    let mut watch = Watch::new(&progress, limit);
     loop {
         match rx.recv_timeout(watch.check) {
             Ok(answer) => return Ok(answer),
@@ -326,19 +327,27 @@ pub mod lambda {
 mod tests {
     use super::*;
 
+    /// Slow but moving under a 100 ms limit: 30 ticks of `p` 10 ms apart.
+    fn moving(p: &Progress) -> u32 {
+        for _ in 0..30 {
+            std::thread::sleep(Duration::from_millis(10));
+            p.tick(1);
+        }
+        7
+    }
+
+    /// Standing still until `stop` is set.
+    fn standing_still(stop: &AtomicBool) {
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     #[tokio::test]
     async fn a_conversion_that_moves_is_awaited_and_one_that_stands_still_is_abandoned() {
         let progress = Progress::watched();
         let p = progress.clone();
-        // Slow but moving: 30 ticks 10 ms apart under a 100 ms limit.
-        let answer = run(&progress, Duration::from_millis(100), move || {
-            for _ in 0..30 {
-                std::thread::sleep(Duration::from_millis(10));
-                p.tick(1);
-            }
-            7
-        })
-        .await;
+        let answer = run(&progress, Duration::from_millis(100), move || moving(&p)).await;
         assert_eq!(answer, Ok(7));
         let stop = Arc::new(AtomicBool::new(false));
         let spinning = stop.clone();
@@ -346,11 +355,7 @@ mod tests {
         let answer = run(
             &Progress::watched(),
             Duration::from_millis(100),
-            move || {
-                while !spinning.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            },
+            move || standing_still(&spinning),
         )
         .await;
         stop.store(true, Ordering::Relaxed);
@@ -379,27 +384,13 @@ mod tests {
 
     #[test]
     fn a_blocking_caller_gets_the_same_watch() {
-        let progress = Progress::watched();
-        let p = progress.clone();
-        let answer = run_blocking(&progress, Duration::from_millis(100), move || {
-            for _ in 0..30 {
-                std::thread::sleep(Duration::from_millis(10));
-                p.tick(1);
-            }
-            "moved"
-        });
-        assert_eq!(answer, Ok("moved"));
+        let answer = run_blocking(Duration::from_millis(100), |p| moving(&p));
+        assert_eq!(answer, Ok(7));
         let stop = Arc::new(AtomicBool::new(false));
         let spinning = stop.clone();
-        let answer = run_blocking(
-            &Progress::watched(),
-            Duration::from_millis(100),
-            move || {
-                while !spinning.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            },
-        );
+        let answer = run_blocking(Duration::from_millis(100), move |_| {
+            standing_still(&spinning)
+        });
         stop.store(true, Ordering::Relaxed);
         assert_eq!(answer, Err(Abandoned::Stalled(Duration::from_millis(100))));
     }

@@ -264,13 +264,10 @@ pub fn default_key(source: &Source, input: &Path) -> String {
 pub fn convert_file(config: &Config, args: &ConvertArgs) -> Result<ConvertReport, Error> {
     // Watched as ingest's conversions are: a decoder that loops on the file is abandoned
     // after TIDEMARK_STALL_SECONDS (default 60) without progress.
-    let progress = tidemark::watchdog::Progress::watched();
-    let (config, owned, watched) = (config.clone(), args.clone(), progress.clone());
-    tidemark::watchdog::run_blocking(
-        &progress,
-        tidemark::watchdog::stall_limit(i64::MAX),
-        move || convert_file_watched(&config, &owned, &watched),
-    )
+    let (config, owned) = (config.clone(), args.clone());
+    tidemark::watchdog::run_blocking(tidemark::watchdog::stall_limit(i64::MAX), move |p| {
+        convert_file_watched(&config, &owned, &p)
+    })
     .map_err(|e| format!("{}: {e}", args.input.display()))?
 }
 

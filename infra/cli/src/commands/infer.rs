@@ -18,10 +18,8 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 use tidemark::config::Config;
-use tidemark::convert::{Compression, decoder};
-use tidemark::infer::{
-    JsonShape, SeenColumn, TextTable, TextTypes, TypedFormat, csv_records, json_columns,
-};
+use tidemark::convert::{Compression, InputFormat, decoder};
+use tidemark::infer::{JsonShape, SeenColumn, TextTable, TextTypes, csv_records, json_columns};
 use tidemark::schema::{ColumnType, FieldType};
 
 use super::convert::{ConvertArgs, Shown, convert_file};
@@ -449,9 +447,9 @@ fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Propos
             for (n, file) in files.iter().enumerate() {
                 let at = |e: String| format!("{}: {e}", file.display());
                 let typed = match format {
-                    Format::Parquet => TypedFormat::Parquet,
-                    Format::Orc => TypedFormat::Orc,
-                    _ => TypedFormat::Avro,
+                    Format::Parquet => InputFormat::Parquet,
+                    Format::Orc => InputFormat::Orc,
+                    _ => InputFormat::Avro,
                 };
                 let (columns, file_notes) = typed_columns_watched(file, typed).map_err(at)?;
                 notes.extend(file_notes);
@@ -635,26 +633,16 @@ fn relax(columns: &mut [SeenColumn], failure: &super::convert::Failure) -> bool 
 /// fails naming the file. Its notes are returned with its columns.
 fn typed_columns_watched(
     path: &Path,
-    format: TypedFormat,
+    format: InputFormat,
 ) -> Result<(Vec<SeenColumn>, Vec<String>), String> {
-    let progress = tidemark::watchdog::Progress::watched();
-    let (path, watched) = (path.to_path_buf(), progress.clone());
+    let path = path.to_path_buf();
     let name = name_of(&path);
-    tidemark::watchdog::run_blocking(
-        &progress,
-        tidemark::watchdog::stall_limit(i64::MAX),
-        move || {
-            let mut notes = Vec::new();
-            let columns = tidemark::infer::typed_columns(
-                || File::open(&path),
-                &name,
-                format,
-                &watched,
-                &mut notes,
-            )?;
-            Ok((columns, notes))
-        },
-    )
+    tidemark::watchdog::run_blocking(tidemark::watchdog::stall_limit(i64::MAX), move |p| {
+        let mut notes = Vec::new();
+        let open = || File::open(&path);
+        let columns = tidemark::infer::typed_columns(open, &name, format, &p, &mut notes)?;
+        Ok((columns, notes))
+    })
     .map_err(|e| e.to_string())?
 }
 

@@ -11,7 +11,8 @@
 # ledger names; one run at a time). template.yaml's MaintainFunction points at the same crate.
 #
 # A clean release build of the AWS SDK takes ≈25 min on 2 busy cores (LTO, one codegen unit);
-# publish adds delta-rs (its S3 store, no DataFusion) and its own arrow.
+# publish adds delta-rs (through tidemark-delta, shared/delta: its S3 store, no DataFusion) and
+# its own arrow.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"

@@ -50,7 +50,7 @@ FUNCTIONS = ("IngestFunction", "ReconcileFunction", "BackfillFunction", "Publish
 #                    the tables rooted at the outputs' prefixes (any prefix, so `*_delta_log/*`)
 #   compacted        compacted table files of the lake, `<table root>[dt=…/]compacted-<uuid>.parquet`
 #                    (tidemark::compact::FILE_PREFIX; any prefix, so `*compacted-*.parquet`)
-#   selection        selections of a table merged by key (functions/publish/src/merge.rs),
+#   selection        selections of a table merged by key (shared/delta/src/merge.rs),
 #                    `<table root>[dt=…/]<output name>.m<16 hex>.<8 hex>.parquet`, so
 #                    `*.m????????????????.????????.parquet`
 #   lake_parquet     Parquet files of the lake (`*.parquet`): a table's data files, which VACUUM
@@ -116,7 +116,7 @@ SDK_CALLS = {
     # The Delta Lake committer: reads the ledger and the outputs, never writes either; writes
     # only the compacted files it rewrites and the selections of merged tables.
     "PublishFunction": {
-        # functions/publish/src/lib.rs
+        # shared/delta/src/lib.rs (tidemark-delta, the committer library)
         ("dynamodb", "BatchGetItem", "table"),  # get_many_latest: the changed keys, ConsistentRead
         ("dynamodb", "Query", "index"),  # Ledger::list: a sweep lists the source's records
         # shared/src/reconcile/outputs.rs read_footer: a new output's footer, a compacted
@@ -131,7 +131,7 @@ SDK_CALLS = {
         # merged by key, a new name PUT with If-None-Match
         ("s3", "PutObject", "selection"),
     },
-    # The same crate in maintenance mode (main.rs maintain: Publisher::compact, ::maintain).
+    # The same crate in maintenance mode (handler.rs maintain: Publisher::compact, ::maintain).
     "MaintainFunction": {
         ("dynamodb", "Query", "index"),  # Ledger::list: unsettled records (compact), named files (VACUUM)
         # read_file: the files merged, whole; manifest (read_footer): a compacted input's entries
@@ -140,7 +140,7 @@ SDK_CALLS = {
         ("s3", "PutObject", "compacted"),  # write_compacted -> put_table_file: the merged file
         # maintain: the files VACUUM's dry run lists and the ledger does not name
         ("s3", "DeleteObject", "lake_parquet"),
-        # catalog_step -> Catalog::sync (functions/publish/src/catalog.rs): each source's table
+        # catalog_step -> Catalog::sync (shared/delta/src/catalog.rs): each source's table
         ("glue", "GetTable", "glue_table"),
         ("glue", "CreateTable", "glue_table"),
         ("glue", "UpdateTable", "glue_table"),
@@ -153,7 +153,7 @@ SDK_CALLS = {
 # still uses the library the way the reasons say.
 LIBRARY_CALLS = {
     "PublishFunction": {
-        # delta-rs (deltalake + deltalake-aws, object_store's S3 client), functions/publish/src/
+        # delta-rs (deltalake + deltalake-aws, object_store's S3 client), shared/delta/src/
         # delta.rs: open / load / update_state / commit on s3://<output bucket>/<output prefix>.
         ("s3", "ListObjectsV2", "lake"): "delta-rs lists <table root>/_delta_log/ for the latest version",
         ("s3", "GetObject", "lake"): "delta-rs reads _delta_log/_last_checkpoint, the commits and any checkpoint",
@@ -195,6 +195,9 @@ DELTA_MAINTENANCE_RUN = {
 # The per-object pipeline (COMMON_CODE) is on the path of ingest and reconcile, not of the
 # backfill planner.
 COMMON_CODE = ["shared/src/process.rs", "shared/src/process", "shared/src/protocol.rs"]
+# The Delta committer library (tidemark-delta) the publish and maintenance functions run.
+DELTA_CRATE = "shared/delta"
+DELTA_SRC = f"{DELTA_CRATE}/src"
 FUNCTION_CODE = {
     "IngestFunction": ["functions/ingest/src", "shared/src/ingest.rs", *COMMON_CODE],
     "ReconcileFunction": [
@@ -204,10 +207,11 @@ FUNCTION_CODE = {
         *COMMON_CODE,
     ],
     "BackfillFunction": ["functions/backfill/src", "shared/src/backfill.rs", "shared/src/inventory.rs"],
-    # The committer: its crate and the footer reader it shares with reconcile; no pipeline.
-    "PublishFunction": ["functions/publish/src", "shared/src/reconcile/outputs.rs"],
+    # The committer: its crate, the committer library it runs (tidemark-delta) and the footer
+    # reader it shares with reconcile; no pipeline.
+    "PublishFunction": ["functions/publish/src", DELTA_SRC, "shared/src/reconcile/outputs.rs"],
     # The same binary in maintenance mode.
-    "MaintainFunction": ["functions/publish/src", "shared/src/reconcile/outputs.rs"],
+    "MaintainFunction": ["functions/publish/src", DELTA_SRC, "shared/src/reconcile/outputs.rs"],
 }
 # Functions whose binary has modes: the fns each one runs, as (file, fn) roots, and calls cut
 # from the graph (file, fn) -> callee names, because a gate in that fn refuses them in this
@@ -215,17 +219,18 @@ FUNCTION_CODE = {
 # of that name in the function's files (a shared name over-approximates, never hides a call).
 # The gates are checked by test_maintenance_runs_alone_on_its_schedule.
 PUBLISH_MAIN = "functions/publish/src/main.rs"
+PUBLISH_HANDLER = "functions/publish/src/handler.rs"
 ENTRY_POINTS = {
     # Stream batches and sweeps; handle refuses {"maintain"} unless TIDEMARK_MAINTENANCE=1,
     # which the publish function does not set.
     # handle refuses the catalog step (CloudFormation's custom resource) the same way.
     "PublishFunction": {"roots": [(PUBLISH_MAIN, "main")],
-                        "cut": {(PUBLISH_MAIN, "handle"): {"maintain", "catalog_step"}}},
+                        "cut": {(PUBLISH_HANDLER, "handle"): {"maintain", "catalog_step"}}},
     # {"maintain": {...}}, the only payload its schedule sends (no stream, no sweep), and the
     # deploy's catalog step (CatalogSync's requests): the cold start of main (not the
-    # handler's other branches), main.rs maintain and catalog_step.
-    "MaintainFunction": {"roots": [(PUBLISH_MAIN, "main"), (PUBLISH_MAIN, "maintain"),
-                                   (PUBLISH_MAIN, "catalog_step")],
+    # handler's other branches), handler.rs maintain and catalog_step.
+    "MaintainFunction": {"roots": [(PUBLISH_MAIN, "main"), (PUBLISH_HANDLER, "maintain"),
+                                   (PUBLISH_HANDLER, "catalog_step")],
                          "cut": {(PUBLISH_MAIN, "main"): {"handle"}}},
 }
 # Files of shared/src that call the ports but are on no function's path, and why.
@@ -293,7 +298,7 @@ PORTS = {  # the name a port goes by in the code -> (service, its method table, 
 # `queue.filter(|_| config.reports.is_some())` in reconcile.rs handle_with: no split without
 # a reports location); the publish function clones and borrows its ports
 # (`pipeline.store.clone()`, `self.store.as_ref()`) and names its TableStore (where the Delta
-# tables live, functions/publish/src/delta.rs) `store`. Skipped by the derivation; no port
+# tables live, shared/delta/src/delta.rs) `store`. Skipped by the derivation; no port
 # trait may declare a method of these names (checked), so no port call can hide behind them.
 WRAPPER_METHODS = {
     "as_deref": "Option<Arc<dyn WorkQueue>> -> Option<&dyn WorkQueue>",
@@ -678,7 +683,7 @@ def reachable_code(fn: str) -> str:
     return "\n".join(b for node in sorted(seen) for b in nodes[node])
 
 
-# The Glue operations (publish::catalog, its client `self.client`): every other `client.x()`
+# The Glue operations (tidemark_delta::catalog, its client `self.client`): every other `client.x()`
 # of a function's own code is its Lambda client's.
 GLUE_OPERATIONS = {"get_table", "create_table", "update_table", "get_database", "create_database"}
 
@@ -1270,7 +1275,7 @@ def stream_events() -> list[tuple[str, str, dict]]:
 def test_publish_follows_the_ledger_stream():
     """The ledger table's stream (KEYS_ONLY: the handler reads each changed key's record
     itself) feeds the publish function alone: from the start of the retained stream, one
-    committer per shard, partial batch responses (publish::stream answers with
+    committer per shard, partial batch responses (tidemark_delta::stream answers with
     DynamoDbEventResponse), bounded retries and record age, and an on-failure destination that
     is a DLQ of the template."""
     failures = []
@@ -1278,12 +1283,12 @@ def test_publish_follows_the_ledger_stream():
     view = (table.get("StreamSpecification") or {}).get("StreamViewType")
     if view != "KEYS_ONLY":
         failures.append(f"LedgerTable StreamViewType {view}, not KEYS_ONLY (the handler reads only the keys)")
-    stream_rs = rust_text("functions/publish/src/stream.rs")
+    stream_rs = rust_text(f"{DELTA_SRC}/stream.rs")
     if "change.keys" not in stream_rs or re.search(r"\b(new_image|old_image)\b", stream_rs):
-        failures.append("publish/src/stream.rs reads more than a record's keys: KEYS_ONLY would not do")
+        failures.append(f"{DELTA_SRC}/stream.rs reads more than a record's keys: KEYS_ONLY would not do")
     if "DynamoDbEventResponse" not in stream_rs or "batch_item_failures" not in stream_rs:
-        failures.append("publish/src/stream.rs no longer answers with batch item failures")
-    if not re.search(r"ledger\.get_many_latest\(", rust_text("functions/publish/src/lib.rs")):
+        failures.append(f"{DELTA_SRC}/stream.rs no longer answers with batch item failures")
+    if not re.search(r"ledger\.get_many_latest\(", rust_text(f"{DELTA_SRC}/lib.rs")):
         failures.append("the publisher no longer reads the changed keys strongly consistent (get_many_latest)")
     events = stream_events()
     if [(fn, p.get("Stream") and render(p["Stream"])) for fn, _, p in events] != [
@@ -1313,7 +1318,7 @@ def test_publish_follows_the_ledger_stream():
 
 
 def test_library_calls_still_describe_the_code():
-    """LIBRARY_CALLS holds while delta-rs is used as functions/publish uses it: the S3 store
+    """LIBRARY_CALLS holds while delta-rs is used as tidemark-delta uses it: the S3 store
     only, deltalake-aws 1.x (its log store commits with a conditional PUT; no temporary file
     renamed, so no copy and no delete), no locking provider or unsafe rename, every commit made
     without checkpoint or log cleanup (quiet() in delta.rs), and per function exactly the
@@ -1322,27 +1327,27 @@ def test_library_calls_still_describe_the_code():
     through our adapter, which keeps the files the ledger names) for the maintenance function.
     Each function's LIBRARY_CALLS are the commit's calls plus what its operations need."""
     failures = []
-    cargo = (ROOT / "functions/publish/Cargo.toml").read_text()
+    cargo = (ROOT / DELTA_CRATE / "Cargo.toml").read_text()
     dep = re.search(r"(?m)^deltalake = \{(.*)\}$", cargo)
     if not dep or "default-features = false" not in dep.group(1) or not re.search(r'features = \["s3"\]', dep.group(1)):
-        failures.append("functions/publish/Cargo.toml: deltalake is not default-features = false, features = [\"s3\"]")
+        failures.append(f"{DELTA_CRATE}/Cargo.toml: deltalake is not default-features = false, features = [\"s3\"]")
     lock = (ROOT / "Cargo.lock").read_text()
     aws = re.search(r'name = "deltalake-aws"\nversion = "(\d+)\.', lock)
     if not aws or aws.group(1) != "1":
         failures.append(f"Cargo.lock: deltalake-aws {aws and aws.group(1)}.x, not 1.x: check how it commits on S3 "
                         "(and what it needs) again, then update LIBRARY_CALLS")
-    text = rust_text("functions/publish/src")
+    text = rust_text(DELTA_SRC, "functions/publish/src")
     for what in ("locking_provider", "LOCKING_PROVIDER", "unsafe_rename", "UNSAFE_RENAME"):
         if what in text:
-            failures.append(f"functions/publish/src mentions {what}: the log store would not be the conditional-PUT one")
-    delta = rust_text("functions/publish/src/delta.rs")
+            failures.append(f"{DELTA_SRC} or functions/publish/src mentions {what}: the log store would not be the conditional-PUT one")
+    delta = rust_text(f"{DELTA_SRC}/delta.rs")
     for setting in ("with_create_checkpoint(false)", "with_cleanup_expired_logs(Some(false))"):
         if setting not in delta:
             failures.append(f"delta.rs no longer commits with {setting}")
     props = len(re.findall(r"CommitProperties::default\(\)", text))
     quiet = len(re.findall(r"quiet\(CommitProperties::default\(\)\)", text))
     if props != quiet:
-        failures.append(f"{props - quiet} commit(s) in functions/publish/src not made through quiet()")
+        failures.append(f"{props - quiet} commit(s) in {DELTA_SRC} not made through quiet()")
     # What a commit needs (open, load, update_state, commit), whichever function makes it.
     commit_calls = set(LIBRARY_CALLS["PublishFunction"])
     ops = "|".join(DELTA_MAINTENANCE_OPS)
@@ -1371,16 +1376,16 @@ def test_library_calls_still_describe_the_code():
 
 
 def test_table_files_written_and_deleted_are_the_ones_granted():
-    """The publish crate writes lake objects through our S3 adapter only in put_table_file,
-    PUT with If-None-Match, called by write_compacted (a new name that starts with
-    tidemark::compact::FILE_PREFIX: the `compacted` kind, `*compacted-*.parquet`) and by
-    merge.rs write_selection (`<output name>.m<16 hex>.<8 hex>.parquet`: the `selection`
-    kind), and deletes them only in maintain.rs maintain, the files VACUUM's dry run lists
-    (the `lake_parquet` kind)."""
+    """The committer (tidemark-delta, which the publish crate runs) writes lake objects through
+    our S3 adapter only in put_table_file, PUT with If-None-Match, called by write_compacted (a
+    new name that starts with tidemark::compact::FILE_PREFIX: the `compacted` kind,
+    `*compacted-*.parquet`) and by merge.rs write_selection (`<output name>.m<16 hex>.<8
+    hex>.parquet`: the `selection` kind), and deletes them only in maintain.rs maintain, the
+    files VACUUM's dry run lists (the `lake_parquet` kind)."""
     failures = []
     calls: dict[str, list[tuple[str, str, str]]] = {}
     bodies_by_name: dict[str, str] = {}
-    for f in rust_files("functions/publish/src"):
+    for f in rust_files(DELTA_SRC, "functions/publish/src"):
         for name, bodies in fn_bodies(rust_text(f)).items():
             for body in bodies:
                 bodies_by_name[name] = bodies_by_name.get(name, "") + body
@@ -1388,10 +1393,10 @@ def test_table_files_written_and_deleted_are_the_ones_granted():
                     if STORE_METHODS.get(method, ("GetObject",))[0] not in ("GetObject", "HeadObject", "ListObjectsV2"):
                         calls.setdefault(method, []).append((f, name, body))
     writers = {m: [(f, n) for f, n, _ in v] for m, v in calls.items()}
-    want = {"put": [("functions/publish/src/lib.rs", "put_table_file")],
-            "delete": [("functions/publish/src/maintain.rs", "maintain")]}
+    want = {"put": [(f"{DELTA_SRC}/lib.rs", "put_table_file")],
+            "delete": [(f"{DELTA_SRC}/maintain.rs", "maintain")]}
     if writers != want:
-        failures.append(f"the publish crate writes and deletes through the S3 adapter in {writers}, not {want}: "
+        failures.append(f"the committer writes and deletes through the S3 adapter in {writers}, not {want}: "
                         "update SDK_CALLS' resource kinds and the roles")
     else:
         if "WriteCondition::Absent" not in calls["put"][0][2]:
@@ -1411,7 +1416,7 @@ def test_table_files_written_and_deleted_are_the_ones_granted():
             failures.append("shared/src/upsert.rs selection_hash is no longer 16 hex digits")
         if "metrics.files_deleted" not in calls["delete"][0][2]:
             failures.append("maintain no longer deletes (only) the files of VACUUM's dry run")
-    check("the publish crate writes only new compacted files and selections, and deletes only VACUUM's files",
+    check("the committer writes only new compacted files and selections, and deletes only VACUUM's files",
           failures)
 
 
@@ -1419,11 +1424,12 @@ def test_maintenance_runs_alone_on_its_schedule():
     """Maintenance is the publish binary with TIDEMARK_MAINTENANCE=1: the handler refuses
     {"maintain"} without it, so only MaintainFunction sets it, "1". It is built from the same
     crate as the publish function, runs one at a time (ReservedConcurrentExecutions: 1, the
-    single writer main.rs assumes), is triggered by nothing but its schedule, is not retried
-    more than once, and has the time and memory to merge files of up to the compaction target."""
+    single writer handler.rs maintain assumes), is triggered by nothing but its schedule, is not
+    retried more than once, and has the time and memory to merge files of up to the compaction
+    target."""
     failures = []
     fns = resources("AWS::Serverless::Function")
-    main = rust_text(PUBLISH_MAIN)
+    main = rust_text(PUBLISH_MAIN, PUBLISH_HANDLER)
     if 'const ENV_MAINTENANCE: &str = "TIDEMARK_MAINTENANCE";' not in main or not re.search(
             r'env::var\(ENV_MAINTENANCE\)\.is_ok_and\(\|v\| v == "1"\)', main):
         failures.append("main.rs no longer turns maintenance on with TIDEMARK_MAINTENANCE=1: update the test")
@@ -1431,7 +1437,7 @@ def test_maintenance_runs_alone_on_its_schedule():
     gate, refuse, run = (handle.find("if !maintenance {"), handle.find("return Err("),
                          handle.find("maintain(publisher"))
     if not (0 <= gate < refuse < run) or len(re.findall(r"\bmaintain\(", handle)) != 1:
-        failures.append("main.rs handle no longer refuses {\"maintain\"} before running it without "
+        failures.append("handler.rs handle no longer refuses {\"maintain\"} before running it without "
                         "TIDEMARK_MAINTENANCE=1: ENTRY_POINTS cuts that call from the publish function")
     setters = sorted(fn for fn in fns if "TIDEMARK_MAINTENANCE" in function_env(fn))
     if setters != ["MaintainFunction"] or function_env("MaintainFunction").get("TIDEMARK_MAINTENANCE") != "1":
@@ -1449,7 +1455,7 @@ def test_maintenance_runs_alone_on_its_schedule():
         failures.append(f"MaintainFunction has events {sorted(props['Events'])}: its schedule is its only trigger")
     if props.get("Timeout") != 900:
         failures.append(f"Timeout {props.get('Timeout')}, not 900 (Lambda's most)")
-    target = re.search(r"target_bytes:\s*(\d+)\s*<<\s*20\b", rust_text("functions/publish/src/maintain.rs"))
+    target = re.search(r"target_bytes:\s*(\d+)\s*<<\s*20\b", rust_text(f"{DELTA_SRC}/maintain.rs"))
     if not target:
         failures.append("maintain.rs CompactOptions::default no longer sets target_bytes as N << 20: update the test")
     # The inputs of one compacted file, the file written and the decoded row groups, besides
@@ -1470,7 +1476,7 @@ def test_maintenance_runs_alone_on_its_schedule():
             continue
         options = json.loads(target_.get("Input", "{}")).get("maintain")
         if isinstance(options, dict) and not set(options) <= fields:
-            failures.append(f"{name}: options {sorted(set(options) - fields)} that main.rs maintain does not read")
+            failures.append(f"{name}: options {sorted(set(options) - fields)} that handler.rs maintain does not read")
         retries = (target_.get("RetryPolicy") or {}).get("MaximumRetryAttempts")
         if not (isinstance(retries, int) and 0 <= retries <= 3):
             failures.append(f"{name}: RetryPolicy.MaximumRetryAttempts {retries}: 0-3 (deliveries)")
@@ -1663,7 +1669,9 @@ def env_reads(fn: str) -> set[str]:
     """Variables the function's code reads with std::env (`env::var` / `env::var_os`, given a
     literal or a constant, path-qualified or not: `std::env::var_os(tidemark::aws::ENV_X)`), or
     through a helper that takes the variable's name (`aws::queue_from_env(ENV_X)`)."""
-    text = rust_text("shared/src", FUNCTION_CODE[fn][0])
+    # The function's crate, and the committer library where the function runs it.
+    libraries = [DELTA_SRC] if DELTA_SRC in FUNCTION_CODE[fn] else []
+    text = rust_text("shared/src", FUNCTION_CODE[fn][0], *libraries)
     consts = dict(re.findall(r'const (\w+): &str = "([A-Z][A-Z0-9_]*)";', text))
     readers = r"(?:env::var(?:_os)?|queue_from_env)"
     names = set(re.findall(readers + r'\(\s*"([A-Z][A-Z0-9_]*)"', text))
@@ -1816,7 +1824,7 @@ def test_default_sources_document_parses_with_the_fields_config_rs_accepts():
 
 def test_the_catalog_step_writes_every_table_at_each_deploy():
     """No Glue table is written by hand in the template: the catalog step (a custom resource
-    served by the maintenance function, publish::catalog::custom_resource) writes one per
+    served by the maintenance function, tidemark_delta::catalog::custom_resource) writes one per
     source from the sources document. Its properties are what the document is made of (so a
     change of it runs the step again), it names the stack's database, and every function
     that reads the document is updated after it (a refused change rolls the deploy back
@@ -1857,12 +1865,12 @@ def test_the_catalog_step_writes_every_table_at_each_deploy():
             failures.append(f"{fn} is not updated after CatalogSync (DependsOn)")
     if function_env("MaintainFunction").get("TIDEMARK_GLUE_DATABASE") != {"Ref": "GlueDatabase"}:
         failures.append("MaintainFunction's TIDEMARK_GLUE_DATABASE is not the stack's database")
-    catalog = rust_text("functions/publish/src/catalog.rs")
+    catalog = rust_text(f"{DELTA_SRC}/catalog.rs")
     if 'pub const ENV_DATABASE: &str = "TIDEMARK_GLUE_DATABASE";' not in catalog:
         failures.append("catalog.rs no longer reads the database from TIDEMARK_GLUE_DATABASE: update the test")
-    main = rust_text(PUBLISH_MAIN)
+    main = rust_text(PUBLISH_HANDLER)
     if not re.search(r'get\("ResponseURL"\).*get\("RequestType"\)', main):
-        failures.append("main.rs no longer recognises CloudFormation's request: update the test")
+        failures.append("handler.rs no longer recognises CloudFormation's request: update the test")
     check("the catalog step writes the tables from the sources document at each deploy, before the functions",
           failures)
 
@@ -1898,14 +1906,14 @@ SCHEDULED = {
     # reconcile::handle: a scheduled run iff detail-type == "Scheduled Event".
     "ReconcileFunction": (lambda p: p.get("detail-type") == "Scheduled Event",
                           "shared/src/reconcile.rs", ["Scheduled Event"]),
-    # publish's main.rs: no "Records" (not a stream batch) and no "maintain" is a sweep;
+    # publish's handler.rs: no "Records" (not a stream batch) and no "maintain" is a sweep;
     # without "source" of every table source (the scheduled-event shape would carry
     # "source": "aws.scheduler").
     "PublishFunction": (lambda p: "Records" not in p and "maintain" not in p and "source" not in p,
-                        PUBLISH_MAIN, ['payload.get("Records")', 'payload.get("maintain")', 'payload.get("source")']),
-    # The same main.rs: {"maintain": {...}} (an object of options) is a maintenance run.
+                        PUBLISH_HANDLER, ['payload.get("Records")', 'payload.get("maintain")', 'payload.get("source")']),
+    # The same handler.rs: {"maintain": {...}} (an object of options) is a maintenance run.
     "MaintainFunction": (lambda p: "Records" not in p and isinstance(p.get("maintain"), dict),
-                         PUBLISH_MAIN, ['payload.get("Records")', 'payload.get("maintain")']),
+                         PUBLISH_HANDLER, ['payload.get("Records")', 'payload.get("maintain")']),
 }
 # Schedules that may be turned off by their parameter: schedule -> its condition.
 OPTIONAL_SCHEDULES = {"PublishSweepSchedule": "SweepOnSchedule", "MaintainSchedule": "MaintainOnSchedule"}

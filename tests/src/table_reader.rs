@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use publish::TableStore;
 use serde_json::Value;
 use tidemark::config::Source;
+use tidemark_delta::TableStore;
 
 use crate::Backends;
 
@@ -24,8 +24,8 @@ pub fn tables(b: &Backends) -> TableStore {
 pub fn publisher(
     b: &Backends,
     config: &std::sync::Arc<tidemark::config::Config>,
-) -> publish::Publisher {
-    let mut p = publish::Publisher::new(
+) -> tidemark_delta::Publisher {
+    let mut p = tidemark_delta::Publisher::new(
         config.clone(),
         b.ledger.clone(),
         b.store.clone(),

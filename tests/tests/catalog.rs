@@ -7,10 +7,10 @@
 
 use std::process::ExitCode;
 
-use publish::catalog::{Catalog, SyncOptions};
 use serde_json::{Value, json};
 use tidemark::catalog::{PARQUET_INPUT, PARQUET_OUTPUT, PARQUET_SERDE};
 use tidemark::config::Config;
+use tidemark_delta::catalog::{Catalog, SyncOptions};
 
 fn require_glue() {
     std::env::var("AWS_ENDPOINT_URL_GLUE").unwrap_or_else(|_| {
@@ -499,10 +499,13 @@ async fn the_deploys_catalog_step_answers_cloudformation() {
         async move {
             let key = format!("cfn/{kind}");
             let url = presigned(&key).await;
-            let response =
-                publish::catalog::custom_resource(catalog, &config(&doc), &request(kind, &url))
-                    .await;
-            publish::catalog::respond(&url, &response)
+            let response = tidemark_delta::catalog::custom_resource(
+                catalog,
+                &config(&doc),
+                &request(kind, &url),
+            )
+            .await;
+            tidemark_delta::catalog::respond(&url, &response)
                 .await
                 .expect("answered");
             answered(&key).await

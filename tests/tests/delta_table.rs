@@ -14,9 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use publish::{Faults, PublishError, Publisher, Step, TableStore};
 use serde_json::{Value, json};
 use tidemark::config::{Config, Source};
+use tidemark_delta::{Faults, PublishError, Publisher, Step, TableStore};
 use tidemark_tests::table_reader::{self, reader_python};
 use tidemark_tests::{Backends, Events, orders_csv, orders_doc};
 
@@ -516,7 +516,7 @@ async fn a_polling_reader_never_sees_rows_twice_or_missing_embedded() {
 /// objects' files, and an attempt's leftover), the table exact before and after, and the
 /// committer going on from the checkpoint.
 async fn maintenance_keeps_the_table_exact(b: Backends) {
-    use publish::maintain::MaintainOptions;
+    use tidemark_delta::maintain::MaintainOptions;
     let config = config(&b);
     let uri = table_uri(&b, &config, ORDERS);
     let publisher = publisher(&b, &config);
@@ -734,7 +734,7 @@ async fn the_cli_publishes_and_shows_the_table_embedded() {
 /// recognising compacted objects as published, VACUUM keeping the files the ledger names,
 /// and reconcile clean.
 async fn compaction_then_replace_then_delete_stays_exact(b: Backends) {
-    use publish::maintain::{CompactOptions, MaintainOptions};
+    use tidemark_delta::maintain::{CompactOptions, MaintainOptions};
     let config = config(&b);
     let uri = table_uri(&b, &config, ORDERS);
     let publisher = publisher(&b, &config);
@@ -842,7 +842,7 @@ async fn compaction_then_replace_then_delete_stays_exact_embedded() {
 /// Compaction racing the committer on the same partition, round after round: whichever
 /// commits second rebuilds on the other's version, and the table stays exact.
 async fn compaction_racing_replaces_stays_exact(b: Backends) {
-    use publish::maintain::CompactOptions;
+    use tidemark_delta::maintain::CompactOptions;
     let config = config(&b);
     let uri = table_uri(&b, &config, ORDERS);
     let compactor = publisher(&b, &config);
@@ -933,7 +933,7 @@ async fn a_stream_batch_publishes_its_keys(b: Backends) {
         record(104, "orders_json/json/x.jsonl"),
         record(105, "orders/in/2026-03-01/b.csv"),
     ]);
-    let (published, response) = publish::stream::handle(&publisher, &event).await;
+    let (published, response) = tidemark_delta::stream::handle(&publisher, &event).await;
     assert_eq!(published.len(), 1, "{published:?}");
     assert_eq!(
         (published[0].added, published[0].keys),
@@ -956,7 +956,7 @@ async fn a_stream_batch_publishes_its_keys(b: Backends) {
         record(104, "orders_json/json/x.jsonl"),
         record(105, "orders/in/2026-03-01/b.csv"),
     ]);
-    let (published, response) = publish::stream::handle(&publisher, &again).await;
+    let (published, response) = tidemark_delta::stream::handle(&publisher, &again).await;
     assert!(response.batch_item_failures.is_empty(), "{response:?}");
     let by_source: BTreeMap<&str, (usize, Option<i64>)> = published
         .iter()
@@ -1174,7 +1174,7 @@ async fn upserts_keep_the_newest_row_per_key(b: Backends) {
     assert_eq!(t["rows"], json!(8), "{t}");
     let r = b.ledger.get(ORDERS, c).await.unwrap().unwrap();
     let own = r.committed.unwrap().outputs[0].key.clone();
-    let table = publish::delta::load_existing(&tables(&b), source(&config, ORDERS))
+    let table = tidemark_delta::delta::load_existing(&tables(&b), source(&config, ORDERS))
         .await
         .unwrap()
         .unwrap();
@@ -1410,7 +1410,7 @@ async fn dynamodb_locals_own_stream_publishes_exactly() {
     };
     let mut commits = 0;
     for chunk in records.chunks(5) {
-        let (published, response) = publish::stream::handle(&publisher, &batch(chunk)).await;
+        let (published, response) = tidemark_delta::stream::handle(&publisher, &batch(chunk)).await;
         assert!(response.batch_item_failures.is_empty(), "{response:?}");
         commits += published.iter().filter(|p| p.committed.is_some()).count();
     }
@@ -1427,7 +1427,7 @@ async fn dynamodb_locals_own_stream_publishes_exactly() {
         range(70, 71)
     );
     // Delivered again, all at once (a retried or replayed shard): nothing changes.
-    let (published, response) = publish::stream::handle(&publisher, &batch(&records)).await;
+    let (published, response) = tidemark_delta::stream::handle(&publisher, &batch(&records)).await;
     assert!(response.batch_item_failures.is_empty(), "{response:?}");
     assert!(
         published.iter().all(|p| p.committed.is_none()),

@@ -287,7 +287,7 @@ async fn nested_files_compact_exactly(b: Backends) {
     publisher.publish_all(TRAIL).await.unwrap();
     let before = read_table(&uri, None);
     assert_eq!(before["files"], json!(3), "{before}");
-    let compact = publish::maintain::CompactOptions {
+    let compact = tidemark_delta::maintain::CompactOptions {
         compact_after: std::time::Duration::ZERO,
         ..Default::default()
     };

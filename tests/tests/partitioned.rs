@@ -451,7 +451,7 @@ async fn land(
 /// late data, deletes, a crash between two files, compaction and a replace of a compacted
 /// object all leave the table equal to the source per partition.
 async fn the_delta_table_is_the_source_per_partition(b: Backends) {
-    use publish::maintain::CompactOptions;
+    use tidemark_delta::maintain::CompactOptions;
     let name = b.name;
     let config = table_config(&b, false);
     let source_of = &config.sources[0];
@@ -489,10 +489,11 @@ async fn the_delta_table_is_the_source_per_partition(b: Backends) {
     check(&source, "first publish");
 
     // The partition values are in the log, with Hive's escapes undone.
-    let table = publish::delta::load_existing(&tidemark_tests::table_reader::tables(&b), source_of)
-        .await
-        .unwrap()
-        .expect("a table");
+    let table =
+        tidemark_delta::delta::load_existing(&tidemark_tests::table_reader::tables(&b), source_of)
+            .await
+            .unwrap()
+            .expect("a table");
     let values: Vec<_> = table
         .snapshot()
         .unwrap()

@@ -88,7 +88,7 @@ pub struct Backend {
     pub backfill_queue: Option<Arc<dyn WorkQueue>>,
     /// Where the sources' Delta tables live (the folder store's buckets, or S3); `None` for
     /// backends built around a pipeline without one ([`Backend::with_tables`]).
-    pub tables: Option<publish::TableStore>,
+    pub tables: Option<tidemark_delta::TableStore>,
 }
 
 impl Backend {
@@ -138,7 +138,7 @@ impl Backend {
             description: format!("embedded: {}", root.display()),
             ledger_path: Some(ledger_path),
             backfill_queue: Some(Arc::new(queue)),
-            tables: Some(publish::TableStore::Local {
+            tables: Some(tidemark_delta::TableStore::Local {
                 root: root.join("buckets"),
             }),
         })
@@ -149,7 +149,7 @@ impl Backend {
         let pipeline = tidemark::aws::pipeline_from_env(config).await?;
         let table = std::env::var(tidemark::aws::ENV_TABLE).unwrap_or_default();
         Ok(Self::from_pipeline(pipeline, format!("aws: table {table}"))
-            .with_tables(publish::TableStore::s3_from_env()))
+            .with_tables(tidemark_delta::TableStore::s3_from_env()))
     }
 
     /// Backends around a pipeline built elsewhere (tests, other tools).
@@ -164,18 +164,18 @@ impl Backend {
     }
 
     /// These backends with the sources' Delta tables at `tables`.
-    pub fn with_tables(mut self, tables: publish::TableStore) -> Self {
+    pub fn with_tables(mut self, tables: tidemark_delta::TableStore) -> Self {
         self.tables = Some(tables);
         self
     }
 
     /// The table committer over these backends.
-    pub fn publisher(&self) -> Result<publish::Publisher, Error> {
+    pub fn publisher(&self) -> Result<tidemark_delta::Publisher, Error> {
         let tables = self.tables.clone().ok_or(
             "these backends have no table store (a pipeline built without one): \
              Backend::with_tables",
         )?;
-        Ok(publish::Publisher::new(
+        Ok(tidemark_delta::Publisher::new(
             self.pipeline.config.clone(),
             self.pipeline.ledger.clone(),
             self.pipeline.store.clone(),

@@ -12,7 +12,7 @@
 //!   through its own [`FaultyLedger`] and [`FaultyStore`] (transient faults on
 //!   `publish_fault_rate` of their calls, one sequence of decisions for both; delta-rs's own
 //!   table I/O is not behind the ports) and
-//!   stops at each [`publish::Step`] on `publish_crash_rate` of the times it reaches it
+//!   stops at each [`tidemark_delta::Step`] on `publish_crash_rate` of the times it reaches it
 //!   ([`PublishCrashes`]). A failed or crashed publish puts its source's records back at the
 //!   head of the feed (the stream retries the batch);
 //! - at the end the feed is closed and drained: the committers run until every record was
@@ -24,7 +24,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use publish::{PublishError, Publisher, Step};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tidemark::config::{Config, Mode};
@@ -32,6 +31,7 @@ use tidemark::error::LedgerError;
 use tidemark::jobs::{Job, JobCounts};
 use tidemark::model::{AuditEntry, Record};
 use tidemark::ports::{JobStore, JobWrite, KeyRange, Ledger, LedgerWrite};
+use tidemark_delta::{PublishError, Publisher, Step};
 
 use super::{
     ChaosConfig, FaultKind, FaultPlan, FaultStats, FaultTiming, FaultyLedger, FaultyStore, draw,
@@ -90,7 +90,7 @@ impl PublishCrashes {
     }
 }
 
-impl publish::Faults for PublishCrashes {
+impl tidemark_delta::Faults for PublishCrashes {
     fn check(&self, step: Step, _source_id: &str) -> Result<(), PublishError> {
         let i = publish_step_index(step);
         let n = self.reached[i].fetch_add(1, Ordering::Relaxed);

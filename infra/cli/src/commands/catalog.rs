@@ -1,11 +1,11 @@
 //! `catalog sync` and `catalog ddl`: each source's table in the Glue Data Catalog, from the
-//! sources document (`tidemark::catalog` defines it, `publish::catalog` writes it).
+//! sources document (`tidemark::catalog` defines it, `tidemark_delta::catalog` writes it).
 
 use std::process::ExitCode;
 
-use publish::catalog::{Catalog, ENV_DATABASE, SyncOptions, refused};
 use tidemark::catalog::{ddl, table_for};
 use tidemark::config::Config;
+use tidemark_delta::catalog::{Catalog, ENV_DATABASE, SyncOptions, refused};
 
 use super::print_json;
 use crate::render::Table;

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use publish::maintain::{CompactOptions, Compacted, MaintainOptions, Maintained};
-use publish::{Published, TableCheck};
 use serde::Serialize;
+use tidemark_delta::maintain::{CompactOptions, Compacted, MaintainOptions, Maintained};
+use tidemark_delta::{Published, TableCheck};
 
 use super::print_json;
 use crate::backend::Backend;

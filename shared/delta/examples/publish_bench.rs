@@ -2,8 +2,8 @@
 //!
 //! ```sh
 //! source .local/stack.env   # the S3 emulator and DynamoDB Local
-//! cargo run --release -p publish --example publish_bench -- throughput --runs 3
-//! cargo run --release -p publish --example publish_bench -- log --objects 100000 --batch 1000
+//! cargo run --release -p tidemark-delta --example publish_bench -- throughput --runs 3
+//! cargo run --release -p tidemark-delta --example publish_bench -- log --objects 100000 --batch 1000
 //! ```
 //!
 //! - `throughput`: on the local stack (S3 emulator + DynamoDB Local), a fresh ledger table
@@ -34,8 +34,6 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
-use publish::maintain::MaintainOptions;
-use publish::{Publisher, TableStore};
 use serde_json::{Value, json};
 use tidemark::config::{Config, Source};
 use tidemark::error::StoreError;
@@ -44,6 +42,8 @@ use tidemark::ports::{
     ByteRange, Clock, GetOutcome, Ledger, LedgerWrite, ListPage, ObjectMeta, ObjectStore,
     PutOutcome, RangeOutcome, SystemClock, WriteCondition,
 };
+use tidemark_delta::maintain::MaintainOptions;
+use tidemark_delta::{Publisher, TableStore};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -481,11 +481,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// files and the committer's transaction version.
 async fn snapshot_load(tables: &TableStore, source: &Source) -> Result<(Duration, usize), Error> {
     let t = Instant::now();
-    let table = publish::delta::open(tables, source).await?;
+    let table = tidemark_delta::delta::open(tables, source).await?;
     let snapshot = table.snapshot()?;
     let files = snapshot.log_data().iter().count();
     snapshot
-        .transaction_version(table.log_store().as_ref(), publish::delta::app_id(source))
+        .transaction_version(
+            table.log_store().as_ref(),
+            tidemark_delta::delta::app_id(source),
+        )
         .await?;
     Ok((t.elapsed(), files))
 }
@@ -657,7 +660,7 @@ async fn throughput_run(rows: &[Row]) -> Result<Value, Error> {
         let mut checkpoints = Vec::new();
         // A table kept open beside the publisher's, brought up to date after each commit as the
         // publisher's own is at the start of its next publish (it reads the commits since).
-        let mut warm = publish::delta::open(&tables, src).await?;
+        let mut warm = tidemark_delta::delta::open(&tables, src).await?;
         warm.update_state().await?;
         for (c, chunk) in objects.chunks(r.batch).enumerate() {
             let keys: Vec<String> = chunk.iter().map(|(k, _)| k.clone()).collect();
@@ -946,7 +949,7 @@ async fn log(args: &Args) -> Result<(), Error> {
     );
     let src = source(&env.config, LOCAL_SOURCE);
     // A table kept open beside the publisher's, as in `throughput`.
-    let mut warm = publish::delta::open(&env.tables, src).await?;
+    let mut warm = tidemark_delta::delta::open(&env.tables, src).await?;
     let mut commit_ms = Vec::new();
     let mut split = Vec::new();
     let mut prepare_ms = 0.0;

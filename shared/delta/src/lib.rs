@@ -1,6 +1,15 @@
 //! The table committer: publishes what the ledger committed into each source's Delta Lake
 //! table (`output.table`), many objects per table commit, exactly.
 //!
+//! # The crate
+//! The Delta committer library (`tidemark-delta`), used by the publish function
+//! (`functions/publish`: the change feed and the sweeps), by the maintenance function (the
+//! same binary with `TIDEMARK_MAINTENANCE=1`: [`maintain`], compaction and the [`catalog`]
+//! step) and by the CLI (`tidemark publish`, `maintain`, `status`, `catalog`). It is a crate of
+//! its own because of `deltalake`: its size (delta kernel, object_store, an arrow of its own)
+//! and its build time stay out of the core `tidemark` (`shared/`) and out of the other
+//! functions, which never compile or link it.
+//!
 //! # What a publish does
 //! A publish is given a source and the keys whose records changed (from the ledger's change
 //! feed: DynamoDB Streams, see [`stream`]), or asked to compare the whole source (a sweep:
@@ -24,8 +33,8 @@
 //! sees the old rows or the new ones, never both or neither. The ledger stays the truth: the
 //! table can be rebuilt from it.
 //!
-//! Checkpoints, log cleanup, VACUUM and compaction are not done here: the maintenance
-//! function does them (docs/pages/design/committer.md).
+//! Checkpoints, log cleanup, VACUUM and compaction are not done by a publish: the maintenance
+//! function does them, with [`maintain`] (docs/pages/design/committer.md).
 
 pub mod catalog;
 pub mod delta;

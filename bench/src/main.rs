@@ -14,11 +14,13 @@
 //!     numeric column, rows rejected) as JSON. `--bad-rows reject`: the policy
 //!     `on_bad_row: reject`, with no cap. OUT `-`: decode only, nothing encoded
 //!     (`tidemark::convert::count`, reconciliation's recount): the decoder's share.
-//! tidemark-bench partition --format csv|jsonl --compression none|gzip [--schema FILE] --by COL[:TRANSFORM][=NAME] [--by …] IN OUTDIR
-//!     What ingest does for `partitioning: {"columns": …}`: the converter's whole output
-//!     into OUTDIR/whole.parquet, split by the partition columns (`tidemark::convert::split`,
-//!     32 writers open at most) into Hive directories under OUTDIR, the whole file removed;
-//!     prints rows, partitions and the seconds of each phase as JSON.
+//! tidemark-bench partition --format csv|jsonl --compression none|gzip [--schema FILE] [--threads N] --by COL[:TRANSFORM][=NAME] [--by …] IN OUTDIR
+//!     What ingest does for `partitioning: {"columns": …}`
+//!     (`tidemark::convert::convert_partitioned`, its default budget; one thread unless
+//!     asked): one Parquet file per partition, each moved to its Hive directories under
+//!     OUTDIR (`p=3/data.parquet`); prints rows, partitions, row groups, the rows
+//!     spilled, the spill file's bytes and the seconds as JSON. BENCH_BUFFER_MIB and
+//!     BENCH_SPILL=plain|lz4 set the budget's buffer and the spill's compression.
 //! tidemark-bench spoil --every N IN OUT
 //!     Copies the (uncompressed) CSV or JSON Lines file IN to OUT with the first digit of
 //!     every Nth data line replaced by `x`: a bad `order_id` in CSV, invalid JSON in JSON
@@ -71,7 +73,7 @@ fn main() -> ExitCode {
 
 const USAGE: &str = "usage: tidemark-bench gen [--dataset orders|wide] --rows N --out DIR
        tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] [--threads N] IN OUT|-
-       tidemark-bench partition --format csv|jsonl --compression none|gzip [--schema FILE] --by COL[:TRANSFORM][=NAME] IN OUTDIR
+       tidemark-bench partition --format csv|jsonl --compression none|gzip [--schema FILE] [--threads N] --by COL[:TRANSFORM][=NAME] IN OUTDIR
        tidemark-bench spoil --every N IN OUT
        tidemark-bench read --compression none|gzip FILE
        tidemark-bench recompress [--level N] FILE.parquet
@@ -147,8 +149,10 @@ fn run(args: &[String]) -> Result<()> {
             )
         }
         "partition" => {
-            let (opts, positional) =
-                parse(rest, &["--format", "--compression", "--schema", "--by"])?;
+            let (opts, positional) = parse(
+                rest,
+                &["--format", "--compression", "--schema", "--by", "--threads"],
+            )?;
             let [input, output] = positional.as_slice() else {
                 return Err(USAGE.into());
             };
@@ -163,7 +167,7 @@ fn run(args: &[String]) -> Result<()> {
                 "jsonl" => InputFormat::JsonLines,
                 other => return Err(format!("unknown format {other:?}").into()),
             };
-            let by: Vec<tidemark::partition::PartitionColumn> = opts
+            let by: Vec<tidemark::convert::partition::PartitionColumn> = opts
                 .iter()
                 .filter(|(n, _)| *n == "--by")
                 .map(|(_, v)| partition_column(v))
@@ -171,9 +175,11 @@ fn run(args: &[String]) -> Result<()> {
             if by.is_empty() {
                 return Err(format!("give at least one --by\n{USAGE}").into());
             }
+            let threads = option(&opts, "--threads").map_or(Ok(1), str::parse::<usize>)?;
             partition_file(
                 format,
                 compression(required(&opts, "--compression")?)?,
+                threads,
                 &columns,
                 &by,
                 Path::new(input),
@@ -338,53 +344,60 @@ fn base_spec(format: InputFormat, compression: Compression, columns: &[ColumnSpe
 }
 
 /// `COL[:TRANSFORM][=NAME]` as a partition column.
-fn partition_column(text: &str) -> Result<tidemark::partition::PartitionColumn> {
+fn partition_column(text: &str) -> Result<tidemark::convert::partition::PartitionColumn> {
     let (column, name) = match text.split_once('=') {
         Some((c, n)) => (c, Some(n.to_string())),
         None => (text, None),
     };
     let (from, transform) = match column.split_once(':') {
         Some((f, t)) => (f, serde_json::from_value(serde_json::json!(t))?),
-        None => (column, tidemark::partition::Transform::Identity),
+        None => (column, tidemark::convert::partition::Transform::Identity),
     };
-    Ok(tidemark::partition::PartitionColumn {
+    Ok(tidemark::convert::partition::PartitionColumn {
         from: from.to_string(),
         name,
         transform,
     })
 }
 
-/// The converter's output of `input` split by `by` under `output` (see the usage).
+/// `input` converted into one file per partition of `by` under `output` (see the usage).
 fn partition_file(
     format: InputFormat,
     compression: Compression,
+    threads: usize,
     columns: &[ColumnSpec],
-    by: &[tidemark::partition::PartitionColumn],
+    by: &[tidemark::convert::partition::PartitionColumn],
     input: &Path,
     output: &Path,
 ) -> Result<()> {
-    let spec = base_spec(format, compression, columns);
+    let mut spec = base_spec(format, compression, columns);
+    spec.threads = threads;
+    let mut budget = tidemark::convert::Budget::default();
+    if let Ok(mib) = std::env::var("BENCH_BUFFER_MIB") {
+        budget.buffer_bytes = mib
+            .parse::<usize>()
+            .map_err(|e| format!("BENCH_BUFFER_MIB={mib:?}: {e}"))?
+            << 20;
+    }
+    match std::env::var("BENCH_SPILL").as_deref() {
+        Err(_) => {}
+        Ok("plain") => budget.compress_spill = false,
+        Ok("lz4") => budget.compress_spill = true,
+        Ok(other) => return Err(format!("BENCH_SPILL={other:?}: plain or lz4").into()),
+    }
     fs::create_dir_all(output)?;
-    let whole = output.join("whole.parquet");
     let started = Instant::now();
     let source = File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;
-    let mut out = BufWriter::with_capacity(1 << 20, File::create(&whole)?);
-    let stats = convert(source, &spec, &mut out)?;
-    out.flush()?;
-    drop(out);
-    let converted = started.elapsed().as_secs_f64();
-    let parts = tidemark::convert::split(
-        &whole,
-        (stats.rows, &stats.sums),
+    let (stats, parts, routed) = tidemark::convert::convert_partitioned(
+        source,
         &spec,
         by,
         &spec.sum_columns,
-        (32, 100_000),
+        100_000,
+        budget,
         output,
     )?;
-    if whole.exists() {
-        fs::remove_file(&whole)?;
-    }
+    let converted = started.elapsed().as_secs_f64();
     // Each partition's file under its Hive directories, as the lake has them.
     let mut rows = 0;
     for part in &parts {
@@ -393,14 +406,14 @@ fn partition_file(
         fs::rename(&part.path, dir.join("data.parquet"))?;
         rows += part.rows;
     }
-    let split = started.elapsed().as_secs_f64() - converted;
     if rows != stats.rows {
         return Err(format!("the partitions hold {rows} rows, the object {}", stats.rows).into());
     }
     println!(
         "{}",
         serde_json::json!({"rows": rows, "partitions": parts.len(),
-                           "convert_seconds": converted, "split_seconds": split})
+                           "row_groups": stats.row_groups, "spilled": routed.spilled, "spill_bytes": routed.spill_bytes,
+                           "switches": routed.switches, "seconds": converted})
     );
     Ok(())
 }

@@ -196,7 +196,7 @@ pub fn table_for(source: &Source) -> Result<TableDef, String> {
         }
     }
     if !partition_columns.is_empty() {
-        use crate::partition::Transform;
+        use crate::convert::partition::Transform;
         parameters.insert("projection.enabled".into(), "true".into());
         let mut template = location.clone();
         for p in partition_columns {

@@ -505,7 +505,7 @@ pub struct OutputPartitioning {
     /// Which kind (`Columns` exactly when `columns` is not empty).
     pub kind: Partitioning,
     /// The partition columns, outermost directory first.
-    pub columns: Vec<crate::partition::PartitionColumn>,
+    pub columns: Vec<crate::convert::partition::PartitionColumn>,
 }
 
 impl PartialEq<Partitioning> for OutputPartitioning {
@@ -525,7 +525,7 @@ enum PartitioningRepr {
     /// one directory level per column, outermost first.
     Columns {
         /// The partition columns.
-        columns: Vec<crate::partition::PartitionColumn>,
+        columns: Vec<crate::convert::partition::PartitionColumn>,
     },
 }
 
@@ -548,7 +548,7 @@ impl<'de> Deserialize<'de> for OutputPartitioning {
         #[derive(Deserialize)]
         #[serde(deny_unknown_fields)]
         struct Columns {
-            columns: Vec<crate::partition::PartitionColumn>,
+            columns: Vec<crate::convert::partition::PartitionColumn>,
         }
         // Each spelling read apart: an error says what is wrong in the one given, not that
         // neither matched.
@@ -1537,7 +1537,7 @@ impl Source {
     }
 
     /// The partition columns, when the outputs are partitioned by the data.
-    pub fn partition_columns(&self) -> Option<&[crate::partition::PartitionColumn]> {
+    pub fn partition_columns(&self) -> Option<&[crate::convert::partition::PartitionColumn]> {
         let p = &self.doc.output.partitioning;
         (p.kind == Partitioning::Columns).then_some(p.columns.as_slice())
     }

@@ -40,7 +40,6 @@ pub mod inventory;
 pub mod jobs;
 pub mod local;
 pub mod model;
-pub mod partition;
 pub mod ports;
 pub mod process;
 pub mod protocol;

@@ -1016,28 +1016,26 @@ impl Pipeline {
         }))
     }
 
-    /// Convert `body` under a source partitioned by columns: the whole output into a local
-    /// file, split into one file per partition ([`crate::convert::split`]), each written
-    /// under the conditions of any output (its committed ETag when the committed set has the
-    /// same key, else absent; a leftover of an attempt that never committed is replaced). The
-    /// set is committed together by the caller; a crash between two files leaves files the
-    /// ledger does not count, and the retry rebuilds the same set. A source with a table
-    /// writes names of this claim's own ([`Source::table_partition_output_key`]) and leaves
-    /// the committed set's files to the table's VACUUM.
+    /// Convert `body` under a source partitioned by columns: one local file per partition
+    /// ([`crate::convert::convert_partitioned`]), each written under the conditions of any
+    /// output (its committed ETag when the committed set has the same key, else absent; a
+    /// leftover of an attempt that never committed is replaced). The set is committed
+    /// together by the caller; a crash between two files leaves files the ledger does not
+    /// count, and the retry rebuilds the same set. A source with a table writes names of this
+    /// claim's own ([`Source::table_partition_output_key`]) and leaves the committed set's
+    /// files to the table's VACUUM.
     #[allow(clippy::too_many_arguments)]
     async fn convert_partitioned(
         &self,
         body: Body,
         spec: crate::convert::ConvertSpec,
         (source, key, version, claim): (&Source, &str, &str, Option<&str>),
-        columns: &[crate::partition::PartitionColumn],
+        columns: &[crate::convert::partition::PartitionColumn],
         record: Option<&Record>,
         metadata: &BTreeMap<String, String>,
         guard: &Guard<'_>,
         limit: Duration,
     ) -> Result<(ConvertStats, Vec<OutputRef>)> {
-        /// Partition writers open at once (each holds the row group it builds).
-        const MAX_OPEN: usize = 32;
         let src_bucket = source.doc.bucket.clone();
         let dir = std::env::temp_dir().join(format!("tidemark-parts-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).map_err(|e| ProcessError::Internal(e.to_string()))?;
@@ -1046,30 +1044,21 @@ impl Pipeline {
         let reader = SyncIoBridge::new(body);
         let columns_owned = columns.to_vec();
         let sums = source.doc.sum_columns.clone();
-        let limits = (MAX_OPEN, source.max_partitions());
+        let max_partitions = source.max_partitions();
         let work_dir = dir.clone();
         let faults = self.faults.clone();
         let object_key = key.to_string();
         let converted = crate::watchdog::convert(spec, limit, move |spec| {
             faults.converting(&object_key);
-            let whole = work_dir.join("whole.parquet");
-            let mut file = std::io::BufWriter::new(std::fs::File::create(&whole)?);
-            let stats = convert(reader, &spec, &mut file)?;
-            std::io::Write::flush(&mut file)?;
-            drop(file);
-            let totals = (stats.rows, &stats.sums);
-            let parts = crate::convert::split(
-                &whole,
-                totals,
+            let (stats, parts, _) = crate::convert::convert_partitioned(
+                reader,
                 &spec,
                 &columns_owned,
                 &sums,
-                limits,
+                max_partitions,
+                crate::convert::Budget::default(),
                 &work_dir,
             )?;
-            if whole.exists() {
-                std::fs::remove_file(&whole)?;
-            }
             Ok((stats, parts))
         })
         .await;

@@ -1067,8 +1067,8 @@ pub(crate) fn partition_values(source: &Source, path: &str) -> HashMap<String, O
         folders
             .iter()
             .find_map(|d| d.strip_prefix(prefix.as_str()))
-            .filter(|v| *v != tidemark::partition::DEFAULT_PARTITION)
-            .map(tidemark::partition::unescape)
+            .filter(|v| *v != tidemark::convert::partition::DEFAULT_PARTITION)
+            .map(tidemark::convert::partition::unescape)
     };
     delta::partition_columns(source)
         .into_iter()

@@ -445,6 +445,15 @@ impl<W: Write + Send> Columns<W> {
         Ok(())
     }
 
+    /// Ends the row group in progress: it is written once its parts are encoded (at once
+    /// when nothing is being encoded), and the next rows start another.
+    pub(super) fn end_row_group(&mut self) -> Result<()> {
+        if let Some(group) = self.groups.back_mut() {
+            group.closed = true;
+        }
+        self.flush_ready()
+    }
+
     /// Finishes the file; returns its number of row groups.
     pub(super) fn close(mut self) -> Result<usize> {
         debug_assert!(self.idle());

@@ -49,12 +49,12 @@ pub(super) struct Meter {
     /// Whether the caller's input itself failed (so the error is not a decompression one).
     input_failed: AtomicBool,
     /// The watchdog's counter, moved by every read of the caller's input.
-    progress: crate::watchdog::Progress,
+    progress: super::progress::Progress,
 }
 
 impl Meter {
     /// A meter that also moves `progress` as the input is read.
-    pub(super) fn watching(progress: crate::watchdog::Progress) -> Self {
+    pub(super) fn watching(progress: super::progress::Progress) -> Self {
         Self {
             progress,
             ..Self::default()

@@ -35,9 +35,10 @@ mod orc;
 mod pages;
 #[path = "parquet.rs"]
 pub(crate) mod parquet_input;
+pub mod partition;
+pub use partition::{Budget, PartFile, Routed, convert_partitioned};
+pub mod progress;
 pub mod reject;
-mod split;
-pub use split::{PartFile, split};
 mod stats;
 #[cfg(test)]
 mod testutil;
@@ -393,8 +394,8 @@ pub struct ConvertSpec {
     /// The object version converted, for `lineage` (NULL values without it).
     pub object: Option<ObjectInfo>,
     /// The counter the conversion moves as it reads and decodes, for a watchdog
-    /// ([`crate::watchdog`]); the default watches nothing.
-    pub progress: crate::watchdog::Progress,
+    /// ([`progress`]); the default watches nothing.
+    pub progress: progress::Progress,
 }
 
 impl ConvertSpec {
@@ -427,7 +428,7 @@ impl ConvertSpec {
             csv_values: CsvValues::default(),
             lineage: Vec::new(),
             object: None,
-            progress: crate::watchdog::Progress::default(),
+            progress: progress::Progress::default(),
         }
     }
 
@@ -517,10 +518,10 @@ pub enum ConvertError {
     /// Reading the input failed.
     #[error("cannot read input: {0}")]
     Io(#[source] std::io::Error),
-    /// The conversion made no progress and was abandoned, or its thread died
-    /// ([`crate::watchdog`]).
+    /// The conversion made no progress and was abandoned, or its thread died (the
+    /// watchdog's verdict, [`progress::Abandoned`]).
     #[error("{0}")]
-    Abandoned(#[from] crate::watchdog::Abandoned),
+    Abandoned(#[from] progress::Abandoned),
     /// The spec itself is unusable (unknown or unsummable sum column, unsupported column
     /// type, zero batch or row group size, invalid zstd level…); no input was read.
     #[error("invalid conversion spec: {message}")]
@@ -733,12 +734,17 @@ fn decode_into<R: Read + Send, W: Write + Send>(
 /// first batches wait in `pending` (a few MiB at most) until there are enough rows.
 struct Encoder<'s, W: Write + Send> {
     spec: &'s ConvertSpec,
+    /// The file's columns: the spec's output schema, or fewer (a partition's file).
+    schema: SchemaRef,
     /// Row groups closed at this many bytes (the spec's, but for [`convert_split`]'s rows
     /// set aside).
     row_group_bytes: usize,
     output: Option<W>,
     file: Option<Columns<W>>,
     pending: Vec<RecordBatch>,
+    /// The writer's settings, when they were chosen for it (from other rows than its own:
+    /// the files of one partitioned object share the object's first rows' choices).
+    chosen: Option<WriterProperties>,
 }
 
 impl<'s, W: Write + Send> Encoder<'s, W> {
@@ -752,34 +758,74 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
         spec: &'s ConvertSpec,
         row_group_bytes: usize,
     ) -> Result<Self, ConvertError> {
+        Self::for_schema(output, spec, spec.output_schema(), row_group_bytes)
+    }
+
+    /// A writer of files of `schema` (the spec's output columns, or some of them), with the
+    /// spec's settings.
+    fn for_schema(
+        output: W,
+        spec: &'s ConvertSpec,
+        schema: SchemaRef,
+        row_group_bytes: usize,
+    ) -> Result<Self, ConvertError> {
         writer_builder(spec, row_group_bytes)?;
         Ok(Self {
             spec,
+            schema,
             row_group_bytes,
             output: Some(output),
             file: None,
             pending: Vec::new(),
+            chosen: None,
         })
+    }
+
+    /// The settings of the file, chosen before its first rows (see [`Self::choose`]).
+    fn with_properties(mut self, properties: WriterProperties) -> Self {
+        self.chosen = Some(properties);
+        self
+    }
+
+    /// The settings a file of the spec's would have after `first`, its first rows.
+    fn choose(
+        spec: &ConvertSpec,
+        row_group_bytes: usize,
+        first: &RecordBatch,
+    ) -> Result<WriterProperties, ConvertError> {
+        Ok(column_choices(writer_builder(spec, row_group_bytes)?, first, spec).build())
+    }
+
+    /// Ends the row group in progress (the rows before the file exists go in its first).
+    fn end_row_group(&mut self) -> Result<(), ConvertError> {
+        if let Some(file) = self.file.as_mut() {
+            file.end_row_group()?;
+        }
+        Ok(())
     }
 
     /// Makes the writer, its columns' encodings chosen from the pending batches, and writes
     /// them.
     fn start(&mut self) -> Result<&mut Columns<W>, ConvertError> {
         if let Some(output) = self.output.take() {
-            let mut properties = writer_builder(self.spec, self.row_group_bytes)?;
             let pending = std::mem::take(&mut self.pending);
-            if !pending.is_empty() {
-                let first =
-                    arrow_select::concat::concat_batches(&self.spec.output_schema(), &pending)
+            let properties = match self.chosen.take() {
+                Some(chosen) => chosen,
+                None if pending.is_empty() => {
+                    writer_builder(self.spec, self.row_group_bytes)?.build()
+                }
+                None => {
+                    let first = arrow_select::concat::concat_batches(&self.schema, &pending)
                         .map_err(|e| ConvertError::Encode {
                             message: e.to_string(),
                         })?;
-                properties = column_choices(properties, &first, self.spec);
-            }
+                    Self::choose(self.spec, self.row_group_bytes, &first)?
+                }
+            };
             let file = self.file.insert(Columns::new(
                 output,
-                self.spec.output_schema(),
-                properties.build(),
+                self.schema.clone(),
+                properties,
                 self.spec.page_memory_bytes,
             )?);
             for batch in &pending {
@@ -798,12 +844,13 @@ impl<'s, W: Write + Send> Encoder<'s, W> {
             return Ok(()); // choose from rows, not from a batch whose rows were all rejected
         }
         self.pending.push(batch.clone());
-        if self
-            .pending
-            .iter()
-            .map(RecordBatch::num_rows)
-            .sum::<usize>()
-            >= CHOICE_MIN_ROWS
+        if self.chosen.is_some()
+            || self
+                .pending
+                .iter()
+                .map(RecordBatch::num_rows)
+                .sum::<usize>()
+                >= CHOICE_MIN_ROWS
         {
             self.start()?;
         }

@@ -14,6 +14,17 @@
 //!   files (Hive's layout: the value is in the path, and Athena declares partition keys apart
 //!   from the columns); one with another name (`as: "dt"`) leaves its source column in the
 //!   files.
+//!
+//! [`convert_partitioned`] writes the files: each row is routed to its partition as it is
+//! decoded and encoded once, in memory bounded whatever the number of partitions (see
+//! `writer.rs`; the rows' partitions are found in `keys.rs`, rows that wait are spilled by
+//! `spill.rs`).
+
+mod keys;
+mod spill;
+mod writer;
+
+pub use writer::{Budget, PartFile, Routed, convert_partitioned};
 
 use std::fmt::Write as _;
 

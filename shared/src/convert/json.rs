@@ -16,8 +16,8 @@
 //! its line and the path of the value (`line 3: column "resources[1].ARN": …`), found by the
 //! row decoder from the failing value's place on the tape.
 //!
-//! Most batches of flat sources never reach arrow-json: their lines are read in one pass by
-//! the [`flat::FlatDecoder`], which declines any line it is not certain to read as arrow-json
+//! Most batches never reach arrow-json: their lines are read in one pass by the
+//! [`fast::FastDecoder`], which declines any line it is not certain to read as arrow-json
 //! would. The batch of a declined line is then fed to arrow-json from its first line, so
 //! that its rows, errors and rejected rows are exactly those of arrow-json's path. Sources
 //! with nested or `json` columns, paths, time formats, case-insensitive keys or a rescued
@@ -25,7 +25,9 @@
 
 #[cfg(test)]
 mod differential;
-mod flat;
+mod fast;
+#[cfg(test)]
+mod nested_differential;
 #[cfg(test)]
 mod nested_tests;
 mod tree;
@@ -49,7 +51,7 @@ use arrow_json::reader::{
 };
 use arrow_schema::{ArrowError, DataType, FieldRef, Schema, SchemaRef};
 
-use self::flat::FlatDecoder;
+use self::fast::FastDecoder;
 use self::tree::{Shared, StructDecoder, TimeReading, show};
 use super::reject::RejectLog;
 use super::value;
@@ -72,8 +74,8 @@ pub(super) struct JsonBatches<R> {
     strict: Arc<Strict>,
     decoder: Decoder,
     /// The fast path, `None` when the schema has a column it does not read.
-    flat: Option<FlatDecoder>,
-    /// The batch in progress is read by `flat` (no line of it declined so far); otherwise
+    fast_decoder: Option<FastDecoder>,
+    /// The batch in progress is read by `fast_decoder` (no line of it declined so far); otherwise
     /// its lines are in `decoder`.
     fast: bool,
     /// The lines of the batch in progress, each ending with a newline.
@@ -108,15 +110,16 @@ impl<R: BufRead> JsonBatches<R> {
         let decoder = strict
             .decoder(&decode_schema, spec.batch_rows)
             .map_err(|e| ConvertError::invalid_spec(arrow_message(e)))?;
-        // The fast path reads flat rows of scalars in the default readings only.
+        // The fast path reads keys exactly and times in the default readings, and rescues
+        // nothing.
         let plain = !spec.rescues()
             && spec.json_keys == KeyMatch::Exact
-            && spec.columns.iter().all(|c| {
-                c.path.is_none()
-                    && TimeReading::from_options(c.format.clone(), c.timezone).is_default()
-            });
-        let flat = plain
-            .then(|| FlatDecoder::new(&decode_schema, spec.unknown_fields))
+            && spec
+                .columns
+                .iter()
+                .all(|c| TimeReading::from_options(c.format.clone(), c.timezone).is_default());
+        let fast = plain
+            .then(|| FastDecoder::new(&decode_schema, spec.unknown_fields, &spec.columns))
             .flatten()
             .filter(|_| !arrow_only());
         Ok(Self {
@@ -128,7 +131,7 @@ impl<R: BufRead> JsonBatches<R> {
             decode_schema,
             strict,
             decoder,
-            flat,
+            fast_decoder: fast,
             fast: false,
             buf: Vec::new(),
             rows: Vec::new(),
@@ -145,8 +148,8 @@ impl<R: BufRead> JsonBatches<R> {
     fn fill(&mut self) -> Result<(), ConvertError> {
         self.buf.clear();
         self.rows.clear();
-        self.fast = self.flat.is_some();
-        if let Some(flat) = &mut self.flat {
+        self.fast = self.fast_decoder.is_some();
+        if let Some(flat) = &mut self.fast_decoder {
             flat.clear();
         }
         // Room for the longest line allowed and its terminator (CRLF at most).
@@ -192,7 +195,7 @@ impl<R: BufRead> JsonBatches<R> {
             // out (see `spell_out_surrogate_pairs`). The fast path reports a line that has
             // one, so that only lines arrow-json reads, or may read again, are searched.
             if self.fast
-                && let Some(flat) = &mut self.flat
+                && let Some(flat) = &mut self.fast_decoder
                 && let Ok(misread_pair) = flat.push(text)
             {
                 if misread_pair {
@@ -209,7 +212,7 @@ impl<R: BufRead> JsonBatches<R> {
                     self.strict
                         .line_error(&self.decode_schema, self.line, &self.buf[start..])
                 {
-                    if let Some(flat) = &mut self.flat {
+                    if let Some(flat) = &mut self.fast_decoder {
                         flat.rollback();
                     }
                     self.set_aside(start, error)?;
@@ -261,7 +264,7 @@ impl<R: BufRead> JsonBatches<R> {
     /// which reads the rest of it, as if the fast path had never read them.
     fn decline(&mut self) -> Result<(), ConvertError> {
         self.fast = false;
-        if let Some(flat) = &mut self.flat {
+        if let Some(flat) = &mut self.fast_decoder {
             flat.clear();
         }
         self.refeed()
@@ -273,7 +276,7 @@ impl<R: BufRead> JsonBatches<R> {
         if !std::mem::take(&mut self.fast) {
             return Ok(None);
         }
-        let batch = self.flat.as_mut().and_then(FlatDecoder::finish);
+        let batch = self.fast_decoder.as_mut().and_then(FastDecoder::finish);
         if batch.is_none() && !self.rows.is_empty() {
             self.decline()?;
         }
@@ -477,7 +480,7 @@ impl<R: BufRead> JsonBatches<R> {
         self.fill()?;
         let flushed = match self.take_flat_batch()? {
             Some(batch) => {
-                if let Some(flat) = &mut self.flat {
+                if let Some(flat) = &mut self.fast_decoder {
                     self.batch_ignored = flat.take_ignored();
                 }
                 Ok(Some(batch))

@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use super::flat::FlatDecoder;
+use super::fast::FastDecoder;
 use super::tests::arrow_only;
 use super::{decoder, nullable};
 use crate::convert::testutil::schema;
@@ -437,7 +437,7 @@ fn arrow_batch(schema: &SchemaRef, lines: &[String]) -> Option<RecordBatch> {
 #[test]
 fn lines_the_fast_path_reads_arrow_json_reads_the_same() {
     let schema = test_schema();
-    let mut flat = FlatDecoder::new(&schema, super::super::UnknownFields::Ignore).unwrap();
+    let mut flat = FastDecoder::new(&schema, super::super::UnknownFields::Ignore, &[]).unwrap();
     let mut lines = Lines {
         rng: Rng(0x7469_6465),
         hostile: 3,

@@ -163,7 +163,7 @@ fn folded(key: &str, keys: KeyMatch) -> std::borrow::Cow<'_, str> {
 }
 
 /// The schema path of field `name` inside `parent` (for counts of ignored values).
-fn child_path(parent: &str, name: &str) -> String {
+pub(super) fn child_path(parent: &str, name: &str) -> String {
     let step = FieldPath::new(vec![Step::Key(name.to_owned())])
         .map(|p| p.to_string())
         .unwrap_or_default();

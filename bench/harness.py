@@ -119,7 +119,7 @@ def machine():
 def source_state():
     """The commit measured, and whether the converter's sources had uncommitted changes."""
     try:
-        git = lambda *a: subprocess.run(["git", "-C", os.path.dirname(HERE), *a], capture_output=True,
+        git = lambda *a: subprocess.run(["git", "--no-optional-locks", "-C", os.path.dirname(HERE), *a], capture_output=True,
                                          text=True, check=True).stdout.strip()
         head = git("rev-parse", "--short", "HEAD")
         dirty = git("status", "--porcelain", "--", "shared", "Cargo.lock")

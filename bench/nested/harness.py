@@ -1,11 +1,13 @@
-"""The nested JSON benchmark: tidemark, pyarrow and DuckDB convert the same CloudTrail-like JSON
-Lines (plain and gzip) into Parquet on one thread each; whole processes are timed; every
-output is compared value by value with the others. Started by bench/nested/run.sh.
+"""The nested JSON benchmark: tidemark, pyarrow and DuckDB convert the same nested JSON Lines
+(CloudTrail-like or device telemetry; plain and gzip) into Parquet on one thread each; whole
+processes are timed; every output is compared value by value with the others. Started by
+bench/nested/run.sh.
 
     python harness.py --bin TIDEMARK_BENCH --data DIR [--stem cloudtrail] --work DIR --results DIR
 
 DIR holds STEM.jsonl, STEM.jsonl.gz and STEM.schema.json (the source's columns: struct,
-array, json and path columns). Environment: BENCH_RUNS (measured runs per engine and case,
+array, map, json and path columns): cloudtrail (tests/fixtures/nested/generate.py) or
+telemetry (bench/nested/telemetry.py). Environment: BENCH_RUNS (measured runs per engine and case,
 default 3), BENCH_ENGINES (comma list of tidemark,pyarrow,duckdb), BENCH_CASES (jsonl,jsonl.gz),
 BENCH_RSS (time|wait4).
 
@@ -23,8 +25,9 @@ compared batch by batch, row by row; `json` columns are compared as parsed JSON 
 decimals, keys in order), since engines may spell the same value differently. The reference
 is tidemark's output, or DuckDB's when tidemark cannot convert the file (then the results say
 "tidemark: not available" and why, and the ratios are against DuckDB). A column an engine
-does not write (pyarrow's JSON reader has no way to keep a subtree as text) is listed as
-such; every other column must be equal.
+does not write (pyarrow's JSON reader has no way to keep a subtree as text and no map type:
+its `json` and `map` columns, and path columns into them) is listed as such; every other
+column must be equal.
 """
 
 import argparse
@@ -89,8 +92,22 @@ def canonical(arr, t):
 
 
 def parsed_json(text):
-    return None if text is None else json.loads(text, parse_float=Decimal, parse_int=Decimal,
-                                                object_pairs_hook=lambda pairs: ("obj", pairs))
+    """A json column's value as a comparable tree: numbers as decimals (1e3 == 1000.0), keys in
+    order, and booleans tagged (in Python True == Decimal(1))."""
+    if text is None:
+        return None
+
+    def tag(v):
+        if isinstance(v, bool):
+            return ("bool", v)
+        if isinstance(v, list):
+            return [tag(x) for x in v]
+        if isinstance(v, tuple):  # ("obj", pairs)
+            return ("obj", [(k, tag(x)) for k, x in v[1]])
+        return v
+
+    return tag(json.loads(text, parse_float=Decimal, parse_int=Decimal,
+                          object_pairs_hook=lambda pairs: ("obj", pairs)))
 
 
 def compare(path, ref_path, schema):

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
-# The nested JSON benchmark: tidemark's converter against pyarrow and DuckDB on
-# CloudTrail-like JSON Lines (struct, array, json and path columns), plain and gzip, one thread
-# each, outputs compared value by value. One command:
+# The nested JSON benchmark: tidemark's converter against pyarrow and DuckDB on nested JSON
+# Lines (struct, array, map, json and path columns), plain and gzip, one thread each, outputs
+# compared value by value. Two datasets: CloudTrail-like records (the default) or device/app
+# telemetry (deeper structs, arrays of scalars, maps, an array of structs holding arrays).
+# One command:
 #
 #   bench/nested/run.sh
+#   BENCH_DATASET=telemetry bench/nested/run.sh
 #
 # Environment (all optional):
-#   BENCH_ROWS=1000000   records (1.54 GB of JSON Lines at 1M; 0.19 GB gzipped, level 6)
+#   BENCH_DATASET=cloudtrail  cloudtrail (tests/fixtures/nested/generate.py: 1.54 GB of JSON
+#                        Lines at 1M, 0.19 GB gzipped) or telemetry (bench/nested/telemetry.py:
+#                        about 1.3 GB at 1M)
+#   BENCH_ROWS=1000000   records
 #   BENCH_RUNS=3         measured runs per engine and case (after one warm-up); medians
 #   BENCH_ENGINES=...    comma list of tidemark,pyarrow,duckdb
 #   BENCH_CASES=...      comma list of jsonl,jsonl.gz
@@ -16,12 +22,11 @@
 # What it does: makes .local/venv-bench with pyarrow and duckdb (bench/run.sh's venv);
 # builds bench/ (tidemark-bench) in release as bench/run.sh does, unless BENCH_BIN is set — a
 # build that fails is reported and the peers still run; generates the records once into
-# .local/bench-data/nested-cloudtrail-<rows>-<generator hash>/ with
-# tests/fixtures/nested/generate.py (cloudtrail.jsonl, .jsonl.gz, cloudtrail.schema.json);
-# runs bench/nested/harness.py, which prints the table and writes it, with every sample, to
-# .local/bench-results/nested-<UTC time>.{md,json}. If tidemark-bench cannot convert the file
-# (no nested JSON decoder yet), the results say "tidemark: not available" and why, and the
-# peers are compared with each other.
+# .local/bench-data/nested-<dataset>-<rows>-<generator hash>/ (<dataset>.jsonl, .jsonl.gz,
+# <dataset>.schema.json); runs bench/nested/harness.py, which prints the table and writes it,
+# with every sample, to .local/bench-results/nested-<UTC time>.{md,json}. If tidemark-bench
+# cannot convert the file, the results say "tidemark: not available" and why, and the peers
+# are compared with each other.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -57,16 +62,25 @@ else
         say "the build of tidemark-bench failed: tidemark is measured only if $bin exists"
 fi
 
-key="$(cat tests/fixtures/nested/generate.py | sha256sum | cut -c1-12)"
-data="$repo/.local/bench-data/nested-cloudtrail-$rows-$key"
-if [ ! -f "$data/cloudtrail.schema.json" ]; then
-    say "generating $rows CloudTrail records into $data"
+dataset="${BENCH_DATASET:-cloudtrail}"
+case "$dataset" in
+    cloudtrail) generator=tests/fixtures/nested/generate.py ;;
+    telemetry) generator=bench/nested/telemetry.py ;;
+    *) say "unknown BENCH_DATASET $dataset: cloudtrail or telemetry"; exit 2 ;;
+esac
+key="$(sha256sum <"$generator" | cut -c1-12)"
+data="$repo/.local/bench-data/nested-$dataset-$rows-$key"
+if [ ! -f "$data/$dataset.schema.json" ]; then
+    say "generating $rows $dataset records into $data"
     rm -rf "$data.tmp"
-    "$venv/bin/python" tests/fixtures/nested/generate.py --out "$data.tmp" --records "$rows" \
-        --datasets cloudtrail --gzip >&2
+    if [ "$dataset" = cloudtrail ]; then
+        "$venv/bin/python" "$generator" --out "$data.tmp" --records "$rows" --datasets cloudtrail --gzip >&2
+    else
+        "$venv/bin/python" "$generator" --out "$data.tmp" --records "$rows" --gzip >&2
+    fi
     mv "$data.tmp" "$data"
 fi
 
 say "load before the run: $(uptime)"
-exec "$venv/bin/python" bench/nested/harness.py --bin "$bin" --data "$data" --stem cloudtrail \
+exec "$venv/bin/python" bench/nested/harness.py --bin "$bin" --data "$data" --stem "$dataset" \
     --work "$repo/.local/bench-out" --results "$repo/.local/bench-results"

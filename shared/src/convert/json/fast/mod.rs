@@ -20,7 +20,9 @@
 //! arrow-cast's parsers); `json` values are copied as they stand when `tree::write_json`
 //! would write them so, and written again in its form otherwise (`cursor.rs`); a column
 //! read from a `path` reads the value there, and the rest of a value only paths step into
-//! is counted as unknown, as `tree::cover` counts it. Declined: a value of a JSON type other
+//! is counted as unknown, as `tree::cover` counts it. A path that starts in a column read by
+//! name and steps only into its struct fields and list elements is not read from the line
+//! at all: its values are taken from that column's arrays ([`Derived`]). Declined: a value of a JSON type other
 //! than the column decoder reads, a key given twice in an object or a map, a value that
 //! fails to convert, a float too large for its type, nesting deeper than
 //! [`cursor::MAX_DEPTH`] where it is skipped or read as text, anything after the object, an
@@ -62,11 +64,107 @@ pub(super) struct FastDecoder {
     chunked: usize,
     /// Per column, the arrays of rows read before a line was rolled back.
     chunks: Vec<Vec<ArrayRef>>,
+    /// Path columns taken from the arrays of the column their path starts in (see
+    /// [`Derived`]), not read from the line.
+    derived: Vec<Derived>,
     /// A column could not be cut back to its complete rows: the batch is declined.
     broken: bool,
     /// Part of a row may have been appended (after [`Declined`]): roll it back or clear
     /// before reuse.
     dirty: bool,
+}
+
+/// A path column whose path starts at a column read by name and steps only into that
+/// column's struct fields and list elements, to a value of the path column's own type: its
+/// values are those of the decoded column, taken from its arrays once the batch is read
+/// rather than read from each line again. The same values: the column read them with the
+/// same reader of the same type, and a row where a step finds nothing (a NULL or absent
+/// struct, a list too short) is NULL, as the path reads it. A path that steps into a map, a
+/// `json` value, or a field the column's type lacks is read from the line.
+struct Derived {
+    /// The path column, and the column its path starts in.
+    column: usize,
+    from: usize,
+    steps: Vec<Take>,
+}
+
+/// A step of a [`Derived`] column.
+enum Take {
+    /// This field of a struct.
+    Field(usize),
+    /// This element of a list.
+    Element(usize),
+}
+
+/// The steps of `path` after its first key, from a value of type `from` to one of type
+/// `to`, when they only step into struct fields (each name held by one field) and list
+/// elements.
+fn derivation(
+    from: &arrow_schema::DataType,
+    path: &[Step],
+    to: &arrow_schema::DataType,
+) -> Option<Vec<Take>> {
+    use arrow_schema::DataType;
+    let mut ty = from;
+    let mut steps = Vec::with_capacity(path.len());
+    for step in path {
+        match (step, ty) {
+            (Step::Key(key), DataType::Struct(fields)) => {
+                let mut named = fields.iter().enumerate().filter(|(_, f)| f.name() == key);
+                let (i, field) = named.next()?;
+                if named.next().is_some() {
+                    return None;
+                }
+                steps.push(Take::Field(i));
+                ty = field.data_type();
+            }
+            (Step::Index(i), DataType::List(element)) => {
+                steps.push(Take::Element(*i));
+                ty = element.data_type();
+            }
+            _ => return None,
+        }
+    }
+    (ty == to).then_some(steps)
+}
+
+/// The values at `steps` into `array` (see [`Derived`]); `None` if the array is not of the
+/// types the steps were made for (which cannot happen).
+fn derive(array: &ArrayRef, steps: &[Take]) -> Option<ArrayRef> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::{Array, UInt32Array};
+    use arrow_buffer::NullBuffer;
+    let mut array = array.clone();
+    for step in steps {
+        array = match step {
+            Take::Field(i) => {
+                let parent = array.as_struct_opt()?;
+                let child = parent.columns().get(*i)?.clone();
+                match parent.nulls() {
+                    None => child,
+                    Some(nulls) => {
+                        let nulls = NullBuffer::union(Some(nulls), child.nulls());
+                        let data = child.to_data().into_builder().nulls(nulls).build().ok()?;
+                        arrow_array::make_array(data)
+                    }
+                }
+            }
+            Take::Element(i) => {
+                let list = array.as_list_opt::<i32>()?;
+                let offsets = list.value_offsets();
+                let at = i32::try_from(*i).ok()?;
+                let indices: UInt32Array = (0..list.len())
+                    .map(|r| {
+                        (list.is_valid(r) && offsets[r + 1] - offsets[r] > at)
+                            .then(|| u32::try_from(offsets[r] + at).ok())
+                            .flatten()
+                    })
+                    .collect();
+                arrow_select::take::take(list.values().as_ref(), &indices, None).ok()?
+            }
+        };
+    }
+    Some(array)
 }
 
 /// A step of the paths' tree (see `tree::Trie`).
@@ -95,16 +193,43 @@ impl FastDecoder {
         options: &[ColumnSpec],
     ) -> Option<Self> {
         let fields = schema.fields();
+        let path_of = |name: &str| {
+            options
+                .iter()
+                .find(|c| c.name == name)
+                .and_then(|c| c.path.as_ref())
+        };
+        // The columns read by name, whose arrays path columns may be taken from.
+        let by_name: Vec<usize> = (0..fields.len())
+            .filter(|&i| path_of(fields[i].name()).is_none())
+            .collect();
         let mut paths = vec![Node::default()];
         let mut names = Vec::with_capacity(fields.len());
         let mut columns = Vec::with_capacity(fields.len());
+        let mut derived = Vec::new();
         for (i, field) in fields.iter().enumerate() {
             columns.push(Column::new(field, child_path("", field.name()))?);
-            match options
-                .iter()
-                .find(|c| c.name == *field.name())
-                .and_then(|c| c.path.as_ref())
-            {
+            let path = path_of(field.name());
+            let from = path.and_then(|path| {
+                let mut named = by_name.iter().filter(|&&c| fields[c].name() == path.head());
+                let from = *named.next()?;
+                let steps = derivation(
+                    fields[from].data_type(),
+                    &path.steps()[1..],
+                    field.data_type(),
+                )?;
+                Some(Derived {
+                    column: i,
+                    from,
+                    steps,
+                })
+            });
+            if let Some(from) = from {
+                derived.push(from);
+                names.push(None);
+                continue;
+            }
+            match path {
                 Some(path) => {
                     let mut node = 0;
                     for step in path.steps() {
@@ -167,6 +292,7 @@ impl FastDecoder {
             columns,
             paths,
             roots: Vec::new(),
+            derived,
             ctx: Ctx::new(unknown),
             rows: 0,
             chunked: 0,
@@ -347,6 +473,9 @@ impl FastDecoder {
         }
         if rows == 0 || !whole {
             return None;
+        }
+        for d in &self.derived {
+            columns[d.column] = derive(&columns[d.from], &d.steps)?;
         }
         RecordBatch::try_new(self.schema.clone(), columns)
             .ok()

@@ -410,15 +410,29 @@ async fn a_polling_reader_never_sees_rows_twice_or_missing(b: Backends) {
     publisher.publish_all(ORDERS).await.unwrap();
 
     let stop = std::env::temp_dir().join(format!("tidemark-poll-{}", uuid::Uuid::new_v4()));
+    let ready = stop.with_extension("ready");
     let poller = Command::new(reader_python())
         .arg("-c")
         .arg(POLL)
         .arg(&uri)
         .arg(&stop)
+        .arg(&ready)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the polling reader");
+    // The rounds begin once the reader has read the table once: on a busy machine its start
+    // (the interpreter, the package) can take longer than all the rounds.
+    let started = std::time::Instant::now();
+    while !ready.exists() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "{}: the polling reader did not read the table within 120 s",
+            b.name
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let _ = std::fs::remove_file(&ready);
     for round in 1..=6 {
         let mut keys = Vec::new();
         for o in 0..OBJECTS {
@@ -482,7 +496,7 @@ const POLL: &str = r#"
 import json, os, sys
 sys.path.insert(0, "")
 from deltalake import DeltaTable
-uri, stop = sys.argv[1], sys.argv[2]
+uri, stop, ready = sys.argv[1], sys.argv[2], sys.argv[3]
 options = {}
 if uri.startswith("s3://"):
     endpoint = os.environ["AWS_ENDPOINT_URL_S3"]
@@ -496,6 +510,8 @@ while not os.path.exists(stop) or last is None:
     t = DeltaTable(uri, storage_options=options)
     ids = sorted(t.to_pyarrow_table(columns=["order_id"]).column("order_id").to_pylist())
     print(json.dumps({"version": t.version(), "ids": ids}), flush=True)
+    if last is None:
+        open(ready, "w").close()
     last = t.version()
 # The package's runtime threads can abort the interpreter's own shutdown: leave at once.
 os._exit(0)

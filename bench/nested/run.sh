@@ -18,6 +18,9 @@
 #   BENCH_CASES=...      comma list of jsonl,jsonl.gz
 #   BENCH_RSS=time|wait4 how peak RSS is taken (default: /usr/bin/time when present)
 #   BENCH_BIN=PATH       a tidemark-bench binary to use instead of building bench/ (release)
+#   BENCH_RESULTS=DIR    where nested-<UTC time>.md and .json go (default .local/bench-results)
+#   BENCH_CPU=K|none     the CPU the harness and every engine are pinned to with taskset
+#                        (default the last one)
 #
 # What it does: makes .local/venv-bench with pyarrow and duckdb (bench/run.sh's venv);
 # builds bench/ (tidemark-bench) in release as bench/run.sh does, unless BENCH_BIN is set — a
@@ -82,5 +85,9 @@ if [ ! -f "$data/$dataset.schema.json" ]; then
 fi
 
 say "load before the run: $(uptime)"
-exec "$venv/bin/python" bench/nested/harness.py --bin "$bin" --data "$data" --stem "$dataset" \
-    --work "$repo/.local/bench-out" --results "$repo/.local/bench-results"
+# Every engine on one CPU (its children inherit the harness's affinity), as bench/partition.
+cpu="${BENCH_CPU:-$(($(nproc) - 1))}"
+pin=()
+[ "$cpu" != none ] && command -v taskset >/dev/null && pin=(taskset -c "$cpu")
+exec "${pin[@]}" "$venv/bin/python" bench/nested/harness.py --bin "$bin" --data "$data" --stem "$dataset" \
+    --work "$repo/.local/bench-out" --results "${BENCH_RESULTS:-$repo/.local/bench-results}"

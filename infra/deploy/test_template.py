@@ -457,7 +457,8 @@ WILDCARD_EXCEPTIONS = {
 # Environment: what each function's code reads, and what the template must set.
 # ---------------------------------------------------------------------------------------------
 ENV = {
-    "IngestFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_CONCURRENCY", "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT"},
+    "IngestFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_CONCURRENCY", "RUST_LOG", "AWS_LAMBDA_LOG_FORMAT",
+                       "GLIBC_TUNABLES"},
     "ReconcileFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_RECONCILE_QUEUE_URL", "RUST_LOG",
                           "AWS_LAMBDA_LOG_FORMAT"},
     "BackfillFunction": {"TIDEMARK_TABLE", "TIDEMARK_CONFIG", "TIDEMARK_BACKFILL_QUEUE_URL", "RUST_LOG",
@@ -470,6 +471,8 @@ ENV = {
 LIBRARY_ENV = {
     "RUST_LOG": "tracing-subscriber's EnvFilter::try_from_default_env (shared/src/telemetry.rs)",
     "AWS_LAMBDA_LOG_FORMAT": "lambda_runtime's tracing set-up",
+    "GLIBC_TUNABLES": "glibc's dynamic loader, at the process's start: the malloc settings the ingest function's "
+                      "memory was measured with (docs/pages/deploy.md, \"Memory\"; tests/tests/memory.rs)",
 }
 # Read by the code and deliberately not set by the template.
 UNSET_ENV = {

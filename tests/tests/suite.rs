@@ -19,6 +19,7 @@ mod infer_bucket;
 mod ingest;
 mod json_model;
 mod json_times;
+mod memory;
 mod nested;
 mod parquet_input;
 mod partitioned;

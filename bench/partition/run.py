@@ -2,16 +2,20 @@
 
     python run.py --bench TIDEMARK_BENCH [--rows N] [--runs 3] [--partitions 1 10 100 1000]
                   [--formats csv jsonl] [--datasets orders events] [--engines ...] [--results DIR]
+                  [--slow 60]
 
 Per cell (dataset × format × N partitions) every engine writes the same input into N Hive
 partitions (`OUTDIR/COL=VALUE/…`); each run is one whole child process, timed by bench/harness.py's
 Runner (wall around spawn and wait, CPU = user + sys from wait4, peak RSS from /usr/bin/time
 %M). One warm-up run per engine, whose output is verified, then BENCH_RUNS rounds with the
-engines interleaved, the input read once (untimed) before each run; medians.
+engines interleaved, the input read once (untimed) before each run; medians. An engine whose
+warm-up took more than --slow CPU seconds (BENCH_SLOW, default 60: pyarrow at 1,000 partitions)
+runs once. The results files are rewritten after every cell (marked PARTIAL until the last).
 
 Engines (BENCH_ENGINES / --engines; default all):
 - tidemark: `tidemark-bench partition --format F --compression none --schema S --by COL IN OUT`
-  (the converter's whole output split by `tidemark::convert::split`, as ingest does it);
+  (rows routed to their partition as they are decoded, `tidemark::convert::convert_partitioned`,
+  as ingest does it);
 - tidemark-whole: `tidemark-bench convert … --threads 1 IN OUT/whole.parquet`, the same
   conversion unpartitioned (what the split costs on top);
 - duckdb, pyarrow: bench/partition/engines.py (COPY … PARTITION_BY, dataset.write_dataset).
@@ -336,6 +340,8 @@ def main():
     ap.add_argument("--bench", required=True, help="the tidemark-bench binary")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--slow", type=float, default=60.0,
+                    help="an engine whose warm-up takes more CPU seconds than this runs once per cell")
     ap.add_argument("--partitions", type=int, nargs="+", default=[1, 10, 100, 1000])
     ap.add_argument("--formats", nargs="+", default=["csv", "jsonl"], choices=["csv", "jsonl"])
     ap.add_argument("--datasets", nargs="+", default=["orders", "events"], choices=["orders", "events"])
@@ -381,6 +387,108 @@ def main():
     samples, medians, checks, cell_load = [], [], {}, {}
     python = sys.executable
     engines_py = os.path.join(HERE, "engines.py")
+    code = commit()  # the tree the binary was built from, as the run began
+    cells_total = len(args.datasets) * len(args.formats) * len(args.partitions)
+
+    def write_report(done):
+        """The results so far into RESULTS/partition-STAMP.md and .json: rewritten after every cell, so that
+        a run cut short leaves what it measured."""
+        finished = dt.datetime.now(dt.timezone.utc)
+        load_after = loadavg()
+        mach = machine()
+        lines = [
+            f"Partitioned writes, {started:%Y-%m-%d %H:%M} – {finished:%H:%M} UTC. Load average (1, 5, 15 min) "
+            f"before {load_before}, after {load_after}."
+            + ("" if done == cells_total else f" PARTIAL: {done} of {cells_total} cells measured so far."),
+            f"Machine: {mach['nproc']} CPUs ({mach['model']}), {mach['mem_gib']:.0f} GiB RAM, Linux {mach['kernel']}. "
+            f"Code: commit {code['head']}" + (f", tree dirty ({code['changed_files']} changed files, "
+                                              f"{code['changed_under_shared']} under shared/)" if code["dirty"] else ", tree clean")
+            + f"; binary {args.bench}.",
+            f"Parameters: {args.rows:,} rows; N = {', '.join(map(str, args.partitions))}; formats {', '.join(args.formats)}; "
+            f"datasets {', '.join(args.datasets)}; {args.runs} measured runs per engine and cell after one warm-up "
+            f"(one when the warm-up took over {args.slow:g} s of CPU), "
+            f"engines interleaved per round, input read (untimed) before each run; medians; peak RSS via "
+            f"{'/usr/bin/time %M' if rss_mode == 'time' else 'os.wait4'}; "
+            + (f"every engine pinned to CPU {cpu} (taskset)" if cpu is not None else "no CPU pinning (BENCH_CPU=none)")
+            + ". Versions: "
+            + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
+            "",
+            "| dataset | format | N | engine | wall s | CPU s | peer CPU / tidemark CPU | peak RSS MiB | files | output MB | output |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
+        ]
+        ratios = []
+        for dataset in args.datasets:
+            for fmt in args.formats:
+                for n in args.partitions:
+                    cell = (dataset, fmt, n)
+                    rows = [m for m in medians if (m["dataset"], m["format"], m["partitions"]) == cell]
+                    ours = next((m for m in rows if m["engine"] == "tidemark"), None)
+                    for engine in engines:
+                        m = next((x for x in rows if x["engine"] == engine), None)
+                        problems, notes = checks.get(cell, {}).get(engine, ([], {}))
+                        notes = dict(notes)
+                        alone = notes.pop("_not_compared", None)
+                        if problems:
+                            check = "DIFFERS: " + "; ".join(problems)[:400]
+                        elif engine == "tidemark":
+                            check = "reference"
+                        elif alone:
+                            check = f"partitions and rows per partition right; values not compared ({alone})"
+                        else:
+                            check = "equal to tidemark's"
+                        if notes and not problems:
+                            check += " (types: " + ", ".join(f"{k} {v}" for k, v in notes.items()) + ")"
+                        if m is None:
+                            lines.append(f"| {dataset} | {fmt} | {n} | {LABEL[engine]} | – | – | – | – | – | – | {check} |")
+                            continue
+                        ratio = "–" if engine == "tidemark" or not ours else f"{m['cpu'] / ours['cpu']:.2f}"
+                        lines.append(f"| {dataset} | {fmt} | {n} | {LABEL[engine]} | {fmt_s(m['wall'])} | {fmt_s(m['cpu'])} | "
+                                     f"{ratio} | {m['rss_mib']:.0f} | {m['files']} | {m['output_bytes'] / MB:.1f} | {check} |")
+                    if ours:
+                        peers = [m for m in rows if m["engine"] in PEERS]
+                        if peers:
+                            ratios.append(f"- {dataset} {fmt} N={n}: tidemark {ours['cpu']:.2f} s CPU; " + ", ".join(
+                                f"{m['engine']} {m['cpu'] / ours['cpu']:.2f}×" for m in peers))
+        lines += ["", "CPU ratio per cell, peer CPU / tidemark CPU (above 1: tidemark uses less):", ""] + ratios
+        lines += [
+            "",
+            "CPU s = median user + sys of the whole process; wall s = median from spawn to exit; peak RSS = median of "
+            "the runs' maxima (MiB); files and output MB (10^6 bytes) of the last run. One thread per engine "
+            "(`tidemark-bench partition --threads 1`; tidemark-bench convert --threads 1; DuckDB threads=1; "
+            "pyarrow set_cpu_count(1), use_threads=False; every engine pinned to one CPU), "
+            "zstd level 3. "
+            "tidemark = `tidemark-bench partition` (rows routed to their partition as decoded, each partition "
+            "encoded once, into OUT/COL=VALUE/data.parquet); tidemark "
+            "convert (unpartitioned) = the same conversion into one file; duckdb = COPY (SELECT * FROM read_csv / "
+            "read_json with explicit columns) TO … (PARTITION_BY); pyarrow = csv.read_csv / json.read_json with the "
+            "explicit schema + dataset.write_dataset(partitioning_flavor='hive').",
+            "output = read back by DuckDB with hive_partitioning: N partition directories, rows per partition equal to "
+            "the input's, and every row of every column equal to tidemark's (EXCEPT ALL both ways; timestamps as UTC "
+            "instants, decimals exactly, the partition column as a string).",
+        ]
+        report = "\n".join(lines) + "\n"
+        stamp = started.strftime("%Y%m%d-%H%M%S")
+        md = os.path.join(args.results, f"partition-{stamp}.md")
+        with open(md, "w") as f:
+            f.write(report)
+        with open(os.path.join(args.results, f"partition-{stamp}.json"), "w") as f:
+            json.dump({
+                "started": started.isoformat(), "finished": finished.isoformat(), "commit": code, "machine": mach,
+                "load": {"before": load_before, "after": load_after,
+                         "cells": {f"{d}|{fm}|{n}": v for (d, fm, n), v in cell_load.items()}},
+                "parameters": {"rows": args.rows, "runs": args.runs, "slow_cpu_s": args.slow, "partitions": args.partitions,
+                               "formats": args.formats, "datasets": args.datasets, "engines": engines,
+                               "bench": args.bench, "rss": rss_mode, "pinned_cpu": cpu},
+                "versions": versions,
+                "inputs": {f"{d}|{fm}|{n}": {"path": p, "bytes": os.path.getsize(p), "rows": sum(c.values()),
+                                              "partition_rows_max": max(c.values()), "partition_rows_min": min(c.values())}
+                           for d, (inp, _, _, _) in prepared.items() for (fm, n), (p, c) in inp.items()},
+                "samples": samples, "medians": medians,
+                "verification": {f"{d}|{fm}|{n}": {e: {"problems": p, "notes": nt} for e, (p, nt) in r.items()}
+                                 for (d, fm, n), r in checks.items()},
+            }, f, indent=1, default=str)
+        return md
+
     with Runner(rss_mode) as runner:
         for dataset in args.datasets:
             inputs, schema_file, column, multiline = prepared[dataset]
@@ -427,7 +535,7 @@ def main():
                         return sample, out
 
                     # Warm-up, verified.
-                    outputs, stats, failed = {}, None, {}
+                    outputs, stats, failed, warm_cpu = {}, None, {}, {}
                     for engine in engines:
                         try:
                             s, out = run_once(engine, "warm-up")
@@ -438,6 +546,7 @@ def main():
                         log(f"  warm-up {engine:15} {s['wall']:.2f} s wall, {s['cpu']:.2f} s CPU, "
                             f"{s['rss_mib']:.0f} MiB, {s['files']} files")
                         outputs[engine] = out
+                        warm_cpu[engine] = s["cpu"]
                         if engine == "tidemark":
                             stats = s.get("tidemark")
                     t0 = time.perf_counter()
@@ -453,8 +562,13 @@ def main():
                     # Measured rounds, engines interleaved.
                     measured = [e for e in engines if e not in failed]
                     runs = {e: [] for e in measured}
+                    # An engine whose warm-up took more than --slow seconds of CPU runs once (its
+                    # ratio is far from 1 either way; three runs of pyarrow at N=1,000 take 10 min).
+                    slow = {e for e in measured if warm_cpu.get(e, 0) > args.slow}
                     for i in range(args.runs):
                         for engine in list(measured):
+                            if i > 0 and engine in slow:
+                                continue
                             try:
                                 runs[engine].append(run_once(engine, i + 1)[0])
                             except RuntimeError as e:
@@ -481,101 +595,9 @@ def main():
                         log("  CPU, peer / tidemark: " + ", ".join(
                             f"{m['engine']} {m['cpu'] / ours['cpu']:.2f}×" for m in medians
                             if (m["dataset"], m["format"], m["partitions"]) == cell and m["engine"] != "tidemark"))
-    finished = dt.datetime.now(dt.timezone.utc)
-    load_after = loadavg()
-
-    # ---- report
-    mach = machine()
-    code = commit()
-    lines = [
-        f"Partitioned writes, {started:%Y-%m-%d %H:%M} – {finished:%H:%M} UTC. Load average (1, 5, 15 min) "
-        f"before {load_before}, after {load_after}.",
-        f"Machine: {mach['nproc']} CPUs ({mach['model']}), {mach['mem_gib']:.0f} GiB RAM, Linux {mach['kernel']}. "
-        f"Code: commit {code['head']}" + (f", tree dirty ({code['changed_files']} changed files, "
-                                          f"{code['changed_under_shared']} under shared/)" if code["dirty"] else ", tree clean")
-        + f"; binary {args.bench}.",
-        f"Parameters: {args.rows:,} rows; N = {', '.join(map(str, args.partitions))}; formats {', '.join(args.formats)}; "
-        f"datasets {', '.join(args.datasets)}; {args.runs} measured runs per engine and cell after one warm-up, "
-        f"engines interleaved per round, input read (untimed) before each run; medians; peak RSS via "
-        f"{'/usr/bin/time %M' if rss_mode == 'time' else 'os.wait4'}; "
-        + (f"every engine pinned to CPU {cpu} (taskset)" if cpu is not None else "no CPU pinning (BENCH_CPU=none)")
-        + ". Versions: "
-        + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".",
-        "",
-        "| dataset | format | N | engine | wall s | CPU s | peer CPU / tidemark CPU | peak RSS MiB | files | output MB | output |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    ratios = []
-    for dataset in args.datasets:
-        for fmt in args.formats:
-            for n in args.partitions:
-                cell = (dataset, fmt, n)
-                rows = [m for m in medians if (m["dataset"], m["format"], m["partitions"]) == cell]
-                ours = next((m for m in rows if m["engine"] == "tidemark"), None)
-                for engine in engines:
-                    m = next((x for x in rows if x["engine"] == engine), None)
-                    problems, notes = checks.get(cell, {}).get(engine, ([], {}))
-                    notes = dict(notes)
-                    alone = notes.pop("_not_compared", None)
-                    if problems:
-                        check = "DIFFERS: " + "; ".join(problems)[:400]
-                    elif engine == "tidemark":
-                        check = "reference"
-                    elif alone:
-                        check = f"partitions and rows per partition right; values not compared ({alone})"
-                    else:
-                        check = "equal to tidemark's"
-                    if notes and not problems:
-                        check += " (types: " + ", ".join(f"{k} {v}" for k, v in notes.items()) + ")"
-                    if m is None:
-                        lines.append(f"| {dataset} | {fmt} | {n} | {LABEL[engine]} | – | – | – | – | – | – | {check} |")
-                        continue
-                    ratio = "–" if engine == "tidemark" or not ours else f"{m['cpu'] / ours['cpu']:.2f}"
-                    lines.append(f"| {dataset} | {fmt} | {n} | {LABEL[engine]} | {fmt_s(m['wall'])} | {fmt_s(m['cpu'])} | "
-                                 f"{ratio} | {m['rss_mib']:.0f} | {m['files']} | {m['output_bytes'] / MB:.1f} | {check} |")
-                if ours:
-                    peers = [m for m in rows if m["engine"] in PEERS]
-                    if peers:
-                        ratios.append(f"- {dataset} {fmt} N={n}: tidemark {ours['cpu']:.2f} s CPU; " + ", ".join(
-                            f"{m['engine']} {m['cpu'] / ours['cpu']:.2f}×" for m in peers))
-    lines += ["", "CPU ratio per cell, peer CPU / tidemark CPU (above 1: tidemark uses less):", ""] + ratios
-    lines += [
-        "",
-        "CPU s = median user + sys of the whole process; wall s = median from spawn to exit; peak RSS = median of "
-        "the runs' maxima (MiB); files and output MB (10^6 bytes) of the last run. One thread per engine "
-        "(`tidemark-bench partition` takes as many as its CPU affinity allows, up to 2, hence the pinning; "
-        "tidemark-bench convert --threads 1; DuckDB threads=1; pyarrow set_cpu_count(1), use_threads=False), "
-        "zstd level 3. "
-        "tidemark = `tidemark-bench partition` (convert, then split into OUT/COL=VALUE/data.parquet); tidemark "
-        "convert (unpartitioned) = the same conversion into one file; duckdb = COPY (SELECT * FROM read_csv / "
-        "read_json with explicit columns) TO … (PARTITION_BY); pyarrow = csv.read_csv / json.read_json with the "
-        "explicit schema + dataset.write_dataset(partitioning_flavor='hive').",
-        "output = read back by DuckDB with hive_partitioning: N partition directories, rows per partition equal to "
-        "the input's, and every row of every column equal to tidemark's (EXCEPT ALL both ways; timestamps as UTC "
-        "instants, decimals exactly, the partition column as a string).",
-    ]
-    report = "\n".join(lines) + "\n"
-    stamp = started.strftime("%Y%m%d-%H%M%S")
-    md = os.path.join(args.results, f"partition-{stamp}.md")
-    with open(md, "w") as f:
-        f.write(report)
-    with open(os.path.join(args.results, f"partition-{stamp}.json"), "w") as f:
-        json.dump({
-            "started": started.isoformat(), "finished": finished.isoformat(), "commit": code, "machine": mach,
-            "load": {"before": load_before, "after": load_after,
-                     "cells": {f"{d}|{fm}|{n}": v for (d, fm, n), v in cell_load.items()}},
-            "parameters": {"rows": args.rows, "runs": args.runs, "partitions": args.partitions,
-                           "formats": args.formats, "datasets": args.datasets, "engines": engines,
-                           "bench": args.bench, "rss": rss_mode, "pinned_cpu": cpu},
-            "versions": versions,
-            "inputs": {f"{d}|{fm}|{n}": {"path": p, "bytes": os.path.getsize(p), "rows": sum(c.values()),
-                                          "partition_rows_max": max(c.values()), "partition_rows_min": min(c.values())}
-                       for d, (inp, _, _, _) in prepared.items() for (fm, n), (p, c) in inp.items()},
-            "samples": samples, "medians": medians,
-            "verification": {f"{d}|{fm}|{n}": {e: {"problems": p, "notes": nt} for e, (p, nt) in r.items()}
-                             for (d, fm, n), r in checks.items()},
-        }, f, indent=1, default=str)
-    print(report)
+                    write_report(done=len(checks))
+    md = write_report(done=len(checks))
+    print(open(md).read())
     log(f"partition: results in {md} and .json")
     bad = [(cell, e) for cell, r in checks.items() for e, (p, _) in r.items() if p]
     if bad:

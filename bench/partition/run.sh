@@ -8,7 +8,7 @@
 #   events  bench/partition/events.py: web/app events, 20 columns, NULLs, long quoted and
 #           escaped strings, offsets; partition column `tenant`, Zipf-skewed over N values.
 # CPU (user + sys), wall and peak RSS (/usr/bin/time) per run; medians of BENCH_RUNS runs after
-# one warm-up, engines interleaved per round, input read (untimed) before each run. Every
+# one warm-up (one run for an engine whose warm-up took over BENCH_SLOW CPU seconds), engines interleaved per round, input read (untimed) before each run. Every
 # engine's output is read back by DuckDB and compared with tidemark's value by value (EXCEPT
 # ALL both ways over all columns), rows per partition with the input's, and the partition
 # directories counted; a difference fails the run (exit 1). One command:
@@ -27,8 +27,8 @@
 #                                  (default .local/bench-results)
 #   BENCH_RSS=time|wait4           how peak RSS is taken (default /usr/bin/time when present)
 #   BENCH_CPU=K|none               the CPU every engine is pinned to with taskset (default the
-#                                  last one): `tidemark-bench partition` has no --threads and
-#                                  would convert on two threads
+#                                  last one)
+#   BENCH_SLOW=60                  an engine whose warm-up takes more CPU seconds runs once
 #
 # Uses .local/venv-bench (pyarrow, duckdb: made by bench/run.sh or here); inputs are made once
 # into .local/bench-data/partition/, outputs written to .local/bench-partition/out/.
@@ -53,7 +53,7 @@ words() { tr ',' ' ' <<<"$1"; }
 echo "partition: load before the run: $(uptime)" >&2
 # shellcheck disable=SC2046  # the lists are words on purpose
 exec "$venv/bin/python" bench/partition/run.py --bench "$bin" \
-    --rows "${BENCH_ROWS:-1000000}" --runs "${BENCH_RUNS:-3}" \
+    --rows "${BENCH_ROWS:-1000000}" --runs "${BENCH_RUNS:-3}" --slow "${BENCH_SLOW:-60}" \
     --partitions $(words "${BENCH_PARTITIONS:-1 10 100 1000}") \
     --formats $(words "${BENCH_FORMATS:-csv jsonl}") \
     --datasets $(words "${BENCH_DATASETS:-orders events}") \

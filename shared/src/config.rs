@@ -499,7 +499,7 @@ pub enum Partitioning {
 }
 
 /// `output.partitioning`: `"none"`, `"key_date"`, or `{"columns": [...]}` (one object's rows
-/// split over one file per partition value: [`crate::partition`]).
+/// split over one file per partition value: [`crate::convert::partition`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct OutputPartitioning {
     /// Which kind (`Columns` exactly when `columns` is not empty).

@@ -25,7 +25,7 @@
 //! Memory: the live encoder (as an unpartitioned conversion's), the waiting rows (at most
 //! [`Budget::buffer_bytes`], as decoded) and one segment read back. Temporary files: the
 //! spill holds the rows of every partition but the live one, as decoded (with
-//! [`Budget::compress_spill`], LZ4: about 61% of that on orders), until the conversion ends;
+//! [`Budget::compress_spill`], LZ4: 43–64% of that), until the conversion ends;
 //! the partition files are the output.
 
 use std::fs::File;
@@ -60,13 +60,15 @@ pub struct PartFile {
 #[derive(Debug, Clone, Copy)]
 pub struct Budget {
     /// Decoded rows of partitions other than the live one kept in memory before they are
-    /// spilled, in bytes of their Arrow buffers (default 16 MiB).
+    /// spilled, in bytes of their Arrow buffers (default 16 MiB: 48 spilled 1–6% fewer rows for
+    /// the same CPU and 37–45 MiB more, bench/partition/results/2026-12-07/budget.md).
     pub buffer_bytes: usize,
     /// Partition files open at once: the live one, and those that were live and wait for
     /// the end to take their other rows (default 32).
     pub max_open: usize,
     /// Whether the spill file is LZ4-compressed (default: no; BENCHMARKS.md, "Partitioned
-    /// writes": LZ4 took the spill of orders CSV to 61% for a quarter more CPU).
+    /// writes": LZ4 took the spill to 64% on orders CSV and 43% on events JSON Lines for 11% and
+    /// 21% more CPU, bench/partition/results/2026-12-07/budget.md).
     pub compress_spill: bool,
 }
 

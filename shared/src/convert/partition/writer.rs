@@ -3,9 +3,10 @@
 //!
 //! Rows are routed to their partition as they are decoded:
 //!
-//! - **One partition streams.** The partition most rows of a batch fall in is *live*: its
-//!   rows go straight into its file's encoder, as an unpartitioned conversion writes them. An
-//!   object of one partition, or sorted by the partition's time, never waits.
+//! - **One partition streams.** One partition is *live*: its rows go straight into its file's
+//!   encoder, as an unpartitioned conversion writes them. The first is the one with the most
+//!   rows of the first batch (of skewed data, likely the largest of all). An object of one
+//!   partition, or sorted by the partition's time, never waits.
 //! - **The others wait, then spill.** The rows of other partitions wait in the decoded
 //!   batches; past [`Budget::buffer_bytes`] of them they are written to a spill file in Arrow
 //!   IPC, one segment per partition ([`super::spill`]), and memory is free again.
@@ -15,7 +16,8 @@
 //!   [`Budget::max_open`] files are open at once; past that, the live partition stays.
 //! - **At the end** the live file is closed, then each other partition in turn reads back its
 //!   segments and waiting rows, in the order they came, into its own encoder and is closed:
-//!   one encoder at a time.
+//!   one encoder at a time. Small segments (many partitions make them) are joined into
+//!   batches of about a batch's rows on their way to the encoder.
 //!
 //! Every row is decoded once and encoded once; rows keep their order within each file; a
 //! partition file's row groups are as large as an unpartitioned output's (closed by
@@ -291,19 +293,20 @@ impl<'s> Router<'s> {
             }
             *count += 1;
         }
-        // The partition with most of the batch's rows, if it has at least half of them.
-        let dominant = self
+        // The partition with the most of the batch's rows, and it again if it has at least
+        // half of them.
+        let most = self
             .touched
             .iter()
             .copied()
             .max_by_key(|&p| (self.counts[p as usize], std::cmp::Reverse(p)))
-            .filter(|&p| self.counts[p as usize] as usize * 2 >= rows)
-            .map(|p| p as usize);
+            .map(|p| p as usize)
+            .expect("a batch of rows touches a partition");
+        let dominant = Some(most).filter(|&p| self.counts[p] as usize * 2 >= rows);
         match (self.live, dominant) {
-            (None, _) => {
-                let first = dominant.unwrap_or(ids[0] as usize);
-                self.switch(first)?;
-            }
+            // The first live partition is the one with the most rows of the first batch:
+            // of skewed data, likely the one with the most rows of all, which then never waits.
+            (None, _) => self.switch(most)?,
             (Some(live), Some(q))
                 if self.counts[live] == 0
                     && (self.parts[q].writer.is_some() || self.open < self.budget.max_open) =>
@@ -394,12 +397,32 @@ impl<'s> Router<'s> {
         p: usize,
         each: &mut dyn FnMut(&mut Self, &RecordBatch) -> Result<(), ConvertError>,
     ) -> Result<(), ConvertError> {
+        // Segments are a spill's rows of one partition: few rows each when the partitions are
+        // many. Small ones go to the encoder joined into batches of about a batch's rows, as
+        // decoded rows come, not one small batch per segment; a large one goes as it is.
         let segments = std::mem::take(&mut self.parts[p].segments);
+        let mut pending: Vec<RecordBatch> = Vec::new();
+        let mut pending_rows = 0;
         for segment in segments {
             let (spill, reader) = self.spill.as_mut().expect("a segment is in the spill");
             for batch in spill.read(reader, segment)? {
-                each(self, &batch)?;
+                let large = batch.num_rows() >= self.spec.batch_rows;
+                if large || pending_rows + batch.num_rows() > self.spec.batch_rows {
+                    if let Some(joined) = join(&self.schema, &mut pending)? {
+                        each(self, &joined)?;
+                    }
+                    pending_rows = 0;
+                }
+                if large {
+                    each(self, &batch)?;
+                } else {
+                    pending_rows += batch.num_rows();
+                    pending.push(batch);
+                }
             }
+        }
+        if let Some(joined) = join(&self.schema, &mut pending)? {
+            each(self, &joined)?;
         }
         if self.parts[p].waiting > 0 {
             let indices = match &self.grouped {
@@ -561,6 +584,20 @@ impl<'s> Router<'s> {
         }
         Ok((files, self.routed, row_groups))
     }
+}
+
+/// The batches of `pending` as one (none when it is empty), and `pending` emptied.
+fn join(
+    schema: &SchemaRef,
+    pending: &mut Vec<RecordBatch>,
+) -> Result<Option<RecordBatch>, ConvertError> {
+    let joined = match pending.len() {
+        0 => None,
+        1 => pending.pop(),
+        _ => Some(arrow_select::concat::concat_batches(schema, pending.iter()).map_err(encode)?),
+    };
+    pending.clear();
+    Ok(joined)
 }
 
 fn encode(e: impl std::fmt::Display) -> ConvertError {

@@ -16,10 +16,6 @@ use crate::process::Pipeline;
 /// `in/` of bucket `landing`), outputs under `out/` of bucket `lake`, reports under
 /// `reports/` of `lake`.
 pub async fn embedded_pipeline(dir: &Path) -> Pipeline {
-    let store = FolderStore::new(dir.join("buckets"));
-    for b in ["landing", "lake"] {
-        store.create_bucket(b).await.expect("create bucket");
-    }
     let config = Config::from_json(
         &json!({"sources": [{
             "source_id": "orders", "bucket": "landing", "prefix": "in/", "format": "csv",
@@ -32,12 +28,35 @@ pub async fn embedded_pipeline(dir: &Path) -> Pipeline {
         .to_string(),
     )
     .expect("test config is valid");
-    Pipeline::new(
+    pipeline_in(dir, config)
+        .await
+        .expect("the embedded backends")
+}
+
+/// A pipeline of `config` on folders (buckets `landing` and `lake`, made here) and a SQLite
+/// ledger under `dir`.
+async fn pipeline_in(dir: &Path, config: Config) -> Result<Pipeline, String> {
+    let store = FolderStore::new(dir.join("buckets"));
+    for b in ["landing", "lake"] {
+        store.create_bucket(b).await.map_err(|e| e.to_string())?;
+    }
+    let ledger = SqliteLedger::open(dir.join("ledger.db")).map_err(|e| e.to_string())?;
+    Ok(Pipeline::new(
         Arc::new(store),
-        Arc::new(SqliteLedger::open(dir.join("ledger.db")).expect("open ledger")),
+        Arc::new(ledger),
         Arc::new(SystemClock),
         Arc::new(config),
-    )
+    ))
+}
+
+/// The S3 notification record of an upload to `landing` (key form-encoded for spaces, as S3
+/// sends it).
+fn notification(key: &str, size: u64, etag: &str, sequencer: &str) -> Value {
+    json!({"eventVersion": "2.1", "eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
+           "eventTime": "2026-11-29T12:00:00.000Z",
+           "s3": {"bucket": {"name": "landing"},
+                  "object": {"key": key.replace(' ', "+"), "size": size, "eTag": etag,
+                             "sequencer": sequencer}}})
 }
 
 /// Land `body` under `key` in `landing` and return the S3 notification record of the upload
@@ -57,11 +76,7 @@ pub async fn land(p: &Pipeline, key: &str, body: &str, sequencer: &str) -> Value
     let PutOutcome::Written { etag } = written else {
         panic!("{key} already exists")
     };
-    json!({"eventVersion": "2.1", "eventSource": "aws:s3", "eventName": "ObjectCreated:Put",
-           "eventTime": "2026-11-29T12:00:00.000Z",
-           "s3": {"bucket": {"name": "landing"},
-                  "object": {"key": key.replace(' ', "+"), "size": body.len(), "eTag": etag,
-                             "sequencer": sequencer}}})
+    notification(key, body.len() as u64, &etag, sequencer)
 }
 
 /// Runs the ingest handler as the function runs it, on local files: each of `files` is placed
@@ -93,10 +108,7 @@ pub fn ingest_local_files(
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let store = FolderStore::new(dir.join("buckets"));
-        for b in ["landing", "lake"] {
-            store.create_bucket(b).await.map_err(|e| e.to_string())?;
-        }
+        let pipeline = pipeline_in(dir, config).await?;
         let mut records = Vec::new();
         for (n, file) in files.iter().enumerate() {
             let name = file
@@ -110,22 +122,19 @@ pub fn ingest_local_files(
             if std::fs::hard_link(file, &at).is_err() {
                 std::fs::copy(file, &at).map_err(|e| format!("{}: {e}", file.display()))?;
             }
-            let meta = crate::ports::ObjectStore::head(&store, "landing", &key)
+            let meta = pipeline
+                .store
+                .head("landing", &key)
                 .await
                 .map_err(|e| e.to_string())?
                 .ok_or_else(|| format!("{key}: not found once placed"))?;
-            records.push(json!({"eventVersion": "2.1", "eventSource": "aws:s3",
-                "eventName": "ObjectCreated:Put", "eventTime": "2026-11-29T12:00:00.000Z",
-                "s3": {"bucket": {"name": "landing"},
-                       "object": {"key": key, "size": meta.size, "eTag": meta.etag,
-                                  "sequencer": format!("{:016X}", n + 1)}}}));
+            records.push(notification(
+                &key,
+                meta.size,
+                &meta.etag,
+                &format!("{:016X}", n + 1),
+            ));
         }
-        let pipeline = Pipeline::new(
-            Arc::new(store),
-            Arc::new(SqliteLedger::open(dir.join("ledger.db")).map_err(|e| e.to_string())?),
-            Arc::new(SystemClock),
-            Arc::new(config),
-        );
         let ctx = crate::process::RunContext::new("local", i64::MAX / 2);
         let response =
             crate::ingest::handle(&pipeline, &json!({"Records": records}), &ctx, concurrency)

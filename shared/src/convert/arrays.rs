@@ -786,7 +786,10 @@ fn field_of(file: &StructArray, name: &str, place: &Place<'_>) -> Result<ArrayRe
 }
 
 /// `values` NULL wherever `parent` is (values under a NULL are not values).
-fn with_nulls(values: &ArrayRef, parent: Option<&NullBuffer>) -> Result<ArrayRef, ArrowError> {
+pub(super) fn with_nulls(
+    values: &ArrayRef,
+    parent: Option<&NullBuffer>,
+) -> Result<ArrayRef, ArrowError> {
     let Some(parent) = parent.filter(|n| n.null_count() > 0) else {
         return Ok(values.clone());
     };

@@ -406,14 +406,13 @@ impl<'s> Router<'s> {
         for segment in segments {
             let (spill, reader) = self.spill.as_mut().expect("a segment is in the spill");
             for batch in spill.read(reader, segment)? {
-                let large = batch.num_rows() >= self.spec.batch_rows;
-                if large || pending_rows + batch.num_rows() > self.spec.batch_rows {
+                if pending_rows + batch.num_rows() > self.spec.batch_rows {
                     if let Some(joined) = join(&self.schema, &mut pending)? {
                         each(self, &joined)?;
                     }
                     pending_rows = 0;
                 }
-                if large {
+                if batch.num_rows() >= self.spec.batch_rows {
                     each(self, &batch)?;
                 } else {
                     pending_rows += batch.num_rows();

@@ -133,21 +133,13 @@ fn derivation(
 fn derive(array: &ArrayRef, steps: &[Take]) -> Option<ArrayRef> {
     use arrow_array::cast::AsArray;
     use arrow_array::{Array, UInt32Array};
-    use arrow_buffer::NullBuffer;
     let mut array = array.clone();
     for step in steps {
         array = match step {
             Take::Field(i) => {
                 let parent = array.as_struct_opt()?;
-                let child = parent.columns().get(*i)?.clone();
-                match parent.nulls() {
-                    None => child,
-                    Some(nulls) => {
-                        let nulls = NullBuffer::union(Some(nulls), child.nulls());
-                        let data = child.to_data().into_builder().nulls(nulls).build().ok()?;
-                        arrow_array::make_array(data)
-                    }
-                }
+                let child = parent.columns().get(*i)?;
+                crate::convert::arrays::with_nulls(child, parent.nulls()).ok()?
             }
             Take::Element(i) => {
                 let list = array.as_list_opt::<i32>()?;
@@ -199,10 +191,6 @@ impl FastDecoder {
                 .find(|c| c.name == name)
                 .and_then(|c| c.path.as_ref())
         };
-        // The columns read by name, whose arrays path columns may be taken from.
-        let by_name: Vec<usize> = (0..fields.len())
-            .filter(|&i| path_of(fields[i].name()).is_none())
-            .collect();
         let mut paths = vec![Node::default()];
         let mut names = Vec::with_capacity(fields.len());
         let mut columns = Vec::with_capacity(fields.len());
@@ -211,8 +199,11 @@ impl FastDecoder {
             columns.push(Column::new(field, child_path("", field.name()))?);
             let path = path_of(field.name());
             let from = path.and_then(|path| {
-                let mut named = by_name.iter().filter(|&&c| fields[c].name() == path.head());
-                let from = *named.next()?;
+                // The column read by name that the path starts in.
+                let from = fields.iter().position(|f| f.name() == path.head())?;
+                if path_of(fields[from].name()).is_some() {
+                    return None;
+                }
                 let steps = derivation(
                     fields[from].data_type(),
                     &path.steps()[1..],

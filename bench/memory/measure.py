@@ -18,13 +18,13 @@ OUT/peaks.json (every sample, the commands, the machine) and OUT/peaks.md.
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import os
 import platform
 import shutil
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -47,8 +47,11 @@ def tunables():
     return None
 
 
-def log(*args):
-    print(*args, file=sys.stderr, flush=True)
+sys.dont_write_bytecode = True
+_spec = importlib.util.spec_from_file_location("bench_harness", os.path.join(REPO, "bench", "harness.py"))
+harness = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(harness)
+log = harness.log
 
 
 def sh(cmd, **kw):
@@ -183,43 +186,49 @@ def source_block(shape, fmt, schemas, policies, row_group_mib=None):
 
 
 class Runner:
+    """BENCH_RUNS runs of a command per cell, each measured by bench/harness.py's Runner
+    (peak RSS by /usr/bin/time, CPU = user + sys from wait4, wall); a run that fails is
+    recorded as failed, with the end of its stderr."""
+
     def __init__(self, bench, work, runs):
         self.bench, self.work, self.runs = bench, work, runs
         self.samples = []
+        self.spawner = harness.Runner("time")
+        self.base_env = self.spawner.env
 
     def measure(self, cell, argv, env=None):
         """BENCH_RUNS runs of argv; returns the samples."""
         out = []
-        for run in range(self.runs):
-            shutil.rmtree(os.path.join(self.work, "out"), ignore_errors=True)
-            os.makedirs(self.work, exist_ok=True)
-            cmd = ["/usr/bin/time", "-f", "%M %U %S"] + argv
-            started = time.monotonic()
-            p = subprocess.run(cmd, capture_output=True, text=True,
-                               env={**os.environ, **(env or {})})
-            wall = time.monotonic() - started
-            lines = p.stderr.strip().splitlines()
-            measured = lines[-1].split() if lines else []
-            peak_kib = int(measured[0]) if len(measured) == 3 and measured[0].isdigit() else None
-            cpu = round(float(measured[1]) + float(measured[2]), 2) if peak_kib else None
-            report = None
-            for line in reversed(p.stdout.strip().splitlines()):
+        with self.spawner as spawner:
+            for run in range(self.runs):
+                shutil.rmtree(os.path.join(self.work, "out"), ignore_errors=True)
+                os.makedirs(self.work, exist_ok=True)
+                spawner.env = {**self.base_env, **(env or {})}
+                sample = {**cell, "run": run, "argv": argv, "env": env or {}, "ok": True, "peak_mib": None,
+                          "wall_s": None, "cpu_s": None, "report": None}
                 try:
-                    report = json.loads(line)
-                    break
-                except ValueError:
-                    pass
-            sample = {**cell, "run": run, "argv": argv, "env": env or {}, "ok": p.returncode == 0,
-                      "peak_mib": round(peak_kib / 1024, 1) if peak_kib else None,
-                      "wall_s": round(wall, 2), "cpu_s": cpu, "report": report}
-            if p.returncode != 0:
-                sample["stderr"] = p.stderr[-2000:]
-                log("FAILED:", " ".join(argv), p.stderr[-2000:])
-            log(f"{cell}: {sample['peak_mib']} MiB, {wall:.1f} s, CPU {cpu} s")
-            self.samples.append(sample)
-            out.append(sample)
+                    r = spawner.spawn(argv)
+                except RuntimeError as e:
+                    sample.update(ok=False, stderr=str(e)[-2000:])
+                    log("FAILED:", " ".join(argv), str(e)[-2000:])
+                else:
+                    sample.update(peak_mib=round(r["rss"] / MIB, 1), wall_s=round(r["wall"], 2),
+                                  cpu_s=round(r["cpu"], 2), report=last_json(r["stdout"].decode()))
+                log(f"{cell}: {sample['peak_mib']} MiB, {sample['wall_s']} s, CPU {sample['cpu_s']} s")
+                self.samples.append(sample)
+                out.append(sample)
         shutil.rmtree(os.path.join(self.work, "out"), ignore_errors=True)
         return out
+
+
+def last_json(text):
+    """The last line of text that is JSON, parsed (None if none is)."""
+    for line in reversed(text.strip().splitlines()):
+        try:
+            return json.loads(line)
+        except ValueError:
+            pass
+    return None
 
 
 def main():

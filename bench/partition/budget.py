@@ -17,16 +17,20 @@ Writes a Markdown table with the commit, the machine's load and every sample to 
 import argparse
 import datetime as dt
 import glob
+import importlib.util
 import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DATA = os.path.join(REPO, ".local", "bench-data", "partition")
+sys.dont_write_bytecode = True
+_spec = importlib.util.spec_from_file_location("bench_harness", os.path.join(REPO, "bench", "harness.py"))
+harness = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(harness)
 
 SETTINGS = [
     ("plain, 16 MiB", {"BENCH_SPILL": "plain", "BENCH_BUFFER_MIB": "16"}),
@@ -62,6 +66,45 @@ def same(a, b):
     return a.keys() == b.keys() and all(a[k].equals(b[k]) for k in a)
 
 
+def measure(a, runner, base_env, work, samples, label, src, schema, column, fmt):
+    """The table rows of one cell: every setting, a warm-up (outputs checked) and a.runs rounds."""
+    if not os.path.exists(src):
+        sys.exit(f"budget: no {src}: run bench/partition/run.sh first")
+    reference = None
+    runs = {name: [] for name, _ in SETTINGS}
+    out = os.path.join(work, "out")
+    for run in range(a.runs + 1):  # the first round is a warm-up
+        for name, env in SETTINGS:
+            shutil.rmtree(out, ignore_errors=True)
+            harness.warm(src)
+            runner.env = {**base_env, **env}
+            r = runner.spawn(["taskset", "-c", a.cpu, a.bench, "partition", "--format", fmt, "--compression",
+                              "none", "--schema", schema, "--threads", "1", "--by", column, src, out])
+            report = json.loads(r["stdout"].decode().strip().splitlines()[-1])
+            if run == 0:  # the warm-up's outputs, checked
+                tables = tables_of(out)
+                if reference is None:
+                    reference = tables
+                elif not same(tables, reference):
+                    sys.exit(f"budget: {label}, {name}: the output differs from the first setting's")
+            s = {"cell": label, "setting": name, "run": run, "cpu": r["cpu"], "rss_mib": r["rss"] / 2**20,
+                 "report": report}
+            samples.append(s)
+            harness.log(f"{label} {name} run {run}: {s['cpu']:.2f} s CPU, {s['rss_mib']:.0f} MiB, spilled "
+                        f"{report.get('spilled')} rows, {report.get('spill_bytes', 0) / 1e6:.0f} MB")
+            if run > 0:
+                runs[name].append(s)
+    base = statistics.median(x["cpu"] for x in runs[SETTINGS[0][0]])
+    rows = []
+    for name, _ in SETTINGS:
+        r = runs[name]
+        cpu = statistics.median(x["cpu"] for x in r)
+        rows.append(f"| {label} | {name} | {cpu:.3f} | {cpu / base:.2f} | "
+                    f"{statistics.median(x['rss_mib'] for x in r):.0f} | {r[-1]['report'].get('spilled'):,} | "
+                    f"{r[-1]['report'].get('spill_bytes', 0) / 1e6:.0f} |")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True)
@@ -70,57 +113,23 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, ".local", "bench-results", "partition-budget.md"))
     a = ap.parse_args()
     work = os.path.join(REPO, ".local", "bench-partition", "budget")
-    head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
-                          text=True).stdout.strip()
+    code = harness.source_state()
     started = dt.datetime.now(dt.timezone.utc)
-    load_before = os.getloadavg()
+    load_before = harness.loadavg()
     samples = []
     lines = []
-    for label, src, schema, column, fmt in inputs():
-        if not os.path.exists(src):
-            sys.exit(f"budget: no {src}: run bench/partition/run.sh first")
-        reference = None
-        runs = {name: [] for name, _ in SETTINGS}
-        for run in range(a.runs + 1):  # the first round is a warm-up
-            for name, env in SETTINGS:
-                out = os.path.join(work, "out")
-                shutil.rmtree(out, ignore_errors=True)
-                with open(src, "rb") as f:  # the input in the page cache, untimed
-                    while f.read(1 << 24):
-                        pass
-                cmd = ["taskset", "-c", a.cpu, "/usr/bin/time", "-f", "%M %U %S", a.bench, "partition",
-                       "--format", fmt, "--compression", "none", "--schema", schema, "--threads", "1",
-                       "--by", column, src, out]
-                p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, check=True)
-                rss, user, sys_ = p.stderr.strip().splitlines()[-1].split()
-                report = json.loads(p.stdout.strip().splitlines()[-1])
-                if run == 0:  # the warm-up's outputs, checked
-                    tables = tables_of(out)
-                    if reference is None:
-                        reference = tables
-                    elif not same(tables, reference):
-                        sys.exit(f"budget: {label}, {name}: the output differs from the first setting's")
-                s = {"cell": label, "setting": name, "run": run, "cpu": float(user) + float(sys_),
-                     "rss_mib": int(rss) / 1024, "report": report}
-                samples.append(s)
-                print(f"{label} {name} run {run}: {s['cpu']:.2f} s CPU, {s['rss_mib']:.0f} MiB, "
-                      f"spilled {report.get('spilled')} rows, {report.get('spill_bytes', 0) / 1e6:.0f} MB",
-                      file=sys.stderr, flush=True)
-                if run > 0:
-                    runs[name].append(s)
-        base = statistics.median(x["cpu"] for x in runs[SETTINGS[0][0]])
-        for name, _ in SETTINGS:
-            r = runs[name]
-            cpu = statistics.median(x["cpu"] for x in r)
-            lines.append(f"| {label} | {name} | {cpu:.3f} | {cpu / base:.2f} | "
-                         f"{statistics.median(x['rss_mib'] for x in r):.0f} | {r[-1]['report'].get('spilled'):,} | "
-                         f"{r[-1]['report'].get('spill_bytes', 0) / 1e6:.0f} |")
+    runner = harness.Runner("time")
+    base_env = runner.env
+    with runner:
+        for cell in inputs():
+            lines += measure(a, runner, base_env, work, samples, *cell)
     finished = dt.datetime.now(dt.timezone.utc)
+
     text = "\n".join([
         f"# The partitioned writer's budget, {started:%Y-%m-%d %H:%M}–{finished:%H:%M} UTC",
         "",
-        f"Commit {head}; binary {a.bench}; pinned to CPU {a.cpu}; load average before {load_before}, "
-        f"after {os.getloadavg()}; {a.runs} rounds after a warm-up, settings interleaved, medians. "
+        f"{code[0].upper()}{code[1:]}; binary {a.bench}; pinned to CPU {a.cpu}; load average before {load_before}, "
+        f"after {harness.loadavg()}; {a.runs} rounds after a warm-up, settings interleaved, medians. "
         "Reproduce: `.local/venv-bench/bin/python bench/partition/budget.py --bench TIDEMARK_BENCH`. "
         "Every setting's output is the same tables as the first's (pyarrow `Table.equals`, file by file).",
         "",

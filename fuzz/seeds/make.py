@@ -120,7 +120,7 @@ SECOND = 1_000_000_000
 
 
 def nested_table(unit="ns"):
-    """The rows of `checks::nested_batch` (shared/src/convert/typed.rs) and nested.orc."""
+    """The rows of `checks::nested_batch` (shared/src/convert/columnar/typed.rs) and nested.orc."""
     scale = {"ns": 1, "us": 1000}[unit]
     ts = pa.timestamp(unit)
     user = pa.array(

@@ -12,7 +12,7 @@
 //! fields, and [`ConvertSpec::batch_rows`] rows at a time, so memory is bounded by a batch
 //! of the projected columns (and a page of each), not by the file.
 //!
-//! Columns are matched to the source's schema and widened as `convert/typed.rs` says
+//! Columns are matched to the source's schema and widened as `convert/columnar/typed.rs` says
 //! (the contract shared with Avro and ORC input). The values of a field the schema does
 //! not name (under `on_unknown_field: ignore`) are counted from the footer without reading
 //! a page when it is a scalar and every row group says: its definition level histogram
@@ -33,18 +33,20 @@ use super::{ConvertError, ConvertSpec};
 use crate::schema::FieldType;
 
 /// Batches of a spooled Parquet file in the spec's schema.
-pub(super) type ParquetBatches = TypedBatches<ParquetRecordBatchReader>;
+pub(in crate::convert) type ParquetBatches = TypedBatches<ParquetRecordBatchReader>;
 
 /// The top-level fields of the Parquet file `input` as its reader reads them (from the
 /// footer; no page read).
-pub(super) fn fields(input: impl BufRead) -> Result<arrow_schema::Fields, ConvertError> {
+pub(in crate::convert) fn fields(
+    input: impl BufRead,
+) -> Result<arrow_schema::Fields, ConvertError> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(spool(input)?)
         .map_err(|e| invalid(format!("not a valid Parquet file: {e}")))?;
     Ok(builder.schema().fields().clone())
 }
 
 /// Spools `input` and checks the file's footer and columns against the spec's schema.
-pub(super) fn batches(
+pub(in crate::convert) fn batches(
     input: impl BufRead,
     spec: &ConvertSpec,
     types: &[FieldType],

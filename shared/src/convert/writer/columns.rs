@@ -42,7 +42,7 @@ use super::ConvertError;
 use super::pages::{ChunkWriter, PageStores};
 
 /// A Parquet file being written a column at a time.
-pub(super) struct Columns<W: Write + Send> {
+pub(in crate::convert) struct Columns<W: Write + Send> {
     file: SerializedFileWriter<W>,
     factory: ArrowRowGroupWriterFactory,
     /// The factory's page stores.
@@ -467,7 +467,7 @@ impl<W: Write + Send> Columns<W> {
 
 /// What encodes the batches of [`encode_beside`]: writes on the calling thread until it has
 /// a file (the first rows choose its encodings), then hands out the file's columns.
-pub(super) trait Sink: Send {
+pub(in crate::convert) trait Sink: Send {
     /// The file once it exists.
     type Output: Write + Send;
     /// Writes `batch` on this thread unless the file exists (`false`: it exists, and the
@@ -590,7 +590,7 @@ impl<S: Sink> Drop for Leaving<'_, '_, S> {
 ///
 /// An error of the encoding wins over `decode`'s (which then is only that the encoder
 /// stopped); after a decoding error the other threads stop without finishing.
-pub(super) fn encode_beside<S: Sink, T>(
+pub(in crate::convert) fn encode_beside<S: Sink, T>(
     sink: S,
     threads: usize,
     idle: &(dyn Fn() -> bool + Sync),

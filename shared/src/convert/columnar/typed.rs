@@ -1,5 +1,5 @@
 //! What the typed inputs (Parquet, Avro, ORC) share: the columns of a file matched to the
-//! source's schema by name (or path), read into the schema's types by `convert/arrays.rs`,
+//! source's schema by name (or path), read into the schema's types by `convert/columnar/arrays.rs`,
 //! the fields of the file the schema does not name ignored, refused or rescued, and the
 //! batches of the file in the spec's decoded schema.
 //!
@@ -50,7 +50,7 @@ use crate::schema::{FieldType, Step};
 
 /// What of each top-level column of the file is read, by its position among them: the
 /// columns absent are not read at all.
-pub(super) type Needs = BTreeMap<usize, Cover>;
+pub(in crate::convert) type Needs = BTreeMap<usize, Cover>;
 
 /// A schema column and where its values are in the file.
 #[derive(Debug)]
@@ -110,7 +110,7 @@ struct Unknown {
 /// of the file must be read. `counted(position, levels)` is the number of values of a field
 /// the schema does not name (inside the top-level column `position`, at `levels`), when
 /// the file says it without being read.
-pub(super) fn typed(
+pub(in crate::convert) fn typed(
     fields: &Fields,
     spec: &ConvertSpec,
     types: &[FieldType],
@@ -279,7 +279,7 @@ fn resolve<'a>(file: &'a DataType, steps: &[Step]) -> Option<(Vec<Level>, &'a Da
 /// The planned columns of a file: turns its projected batches into the spec's decoded
 /// schema, and counts or rescues the values of the fields the schema does not name.
 #[derive(Debug)]
-pub(super) struct Typed {
+pub(in crate::convert) struct Typed {
     columns: Vec<Column>,
     unknown: Vec<Unknown>,
     rescue_unknown: bool,
@@ -367,7 +367,7 @@ impl Typed {
 }
 
 /// Where the rows of a typed file come from.
-pub(super) enum Rows<I> {
+pub(in crate::convert) enum Rows<I> {
     /// A reader of projected batches; `use_columns` false when the batches hold a column
     /// read only to count rows (no schema column is in the file).
     Read { reader: I, use_columns: bool },
@@ -376,7 +376,7 @@ pub(super) enum Rows<I> {
 }
 
 /// Batches of a typed file in the spec's decoded schema, from its projected batches.
-pub(super) struct TypedBatches<I> {
+pub(in crate::convert) struct TypedBatches<I> {
     /// `None` once the file is read.
     rows_from: Option<Rows<I>>,
     typed: Typed,
@@ -469,7 +469,7 @@ impl<I: Iterator<Item = Result<RecordBatch, ArrowError>>> Batches for TypedBatch
 
 /// The limit of a [`ConvertError::TooLarge`] a reader's error carries (from the input under
 /// it, or put there by a format's own check).
-pub(super) fn too_large_in(e: &ArrowError) -> Option<u64> {
+pub(in crate::convert) fn too_large_in(e: &ArrowError) -> Option<u64> {
     let mut at: Option<&(dyn std::error::Error + 'static)> = match e {
         ArrowError::ExternalError(inner) => Some(inner.as_ref()),
         ArrowError::IoError(_, io) => Some(io),
@@ -513,18 +513,18 @@ pub(crate) fn spool(mut input: impl BufRead) -> Result<File, ConvertError> {
     Ok(file)
 }
 
-pub(super) fn invalid(message: String) -> ConvertError {
+pub(in crate::convert) fn invalid(message: String) -> ConvertError {
     ConvertError::parse(None, None, message)
 }
 
-pub(super) fn column_error(column: &str, message: impl Into<String>) -> ConvertError {
+pub(in crate::convert) fn column_error(column: &str, message: impl Into<String>) -> ConvertError {
     ConvertError::parse(None, Some(column), message)
 }
 
 /// The checks every typed format passes on one file of nested columns (each format's tests
 /// write [`checks::nested_batch`] in their format, or read a fixture holding its values).
 #[cfg(test)]
-pub(super) mod checks {
+pub(in crate::convert) mod checks {
     use std::sync::Arc;
 
     use arrow_array::builder::{

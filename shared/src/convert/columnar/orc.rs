@@ -3,7 +3,7 @@
 //!
 //! ORC keeps its footer at the end and is read by seeking, as Parquet is: the
 //! decompressed input is spooled to an anonymous temporary file first, as
-//! `convert/parquet.rs` says (local disk equal to the decompressed object, bounded by
+//! `convert/columnar/parquet.rs` says (local disk equal to the decompressed object, bounded by
 //! [`ConvertSpec::max_decoded_bytes`]). The file is then read a stripe at a time: the
 //! projected columns of one stripe are held in memory (compressed, as the file stores
 //! them) and decoded [`ConvertSpec::batch_rows`] rows at a time, so memory is bounded by
@@ -11,7 +11,7 @@
 //! writers, before compression) and a batch, not by the file. Every codec of the format
 //! is read (zlib, snappy, lz4, lzo, zstd).
 //!
-//! Columns are matched to the source's schema and widened as `convert/typed.rs` says
+//! Columns are matched to the source's schema and widened as `convert/columnar/typed.rs` says
 //! (the contract shared with Parquet and Avro input), the ORC types as `orc-rust` reads
 //! them: `tinyint` is `Int8`, `smallint` `Int16`, `int` `Int32`, `bigint` `Int64`,
 //! `float` `Float32`, `double` `Float64`, `string`, `char` and `varchar` `Utf8`,
@@ -39,11 +39,11 @@ use super::{ConvertError, ConvertSpec};
 use crate::schema::FieldType;
 
 /// Batches of a spooled ORC file in the spec's schema.
-pub(super) type OrcBatches = TypedBatches<ArrowReader<File>>;
+pub(in crate::convert) type OrcBatches = TypedBatches<ArrowReader<File>>;
 
 /// The top-level fields of the ORC file `input` as its reader reads them (from the footer;
 /// no stripe read).
-pub(super) fn fields(input: impl BufRead) -> Result<Fields, ConvertError> {
+pub(in crate::convert) fn fields(input: impl BufRead) -> Result<Fields, ConvertError> {
     let builder = ArrowReaderBuilder::try_new(spool(input)?)
         .map_err(|e| invalid(format!("not a valid ORC file: {e}")))?;
     Ok(fields_of(builder.file_metadata().root_data_type()))
@@ -58,7 +58,7 @@ fn fields_of(root: &orc_rust::schema::RootDataType) -> Fields {
 }
 
 /// Spools `input` and checks the file's footer and columns against the spec's schema.
-pub(super) fn batches(
+pub(in crate::convert) fn batches(
     input: impl BufRead,
     spec: &ConvertSpec,
     types: &[FieldType],

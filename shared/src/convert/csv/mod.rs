@@ -52,6 +52,8 @@
 //!
 //! Without any of these, every column is read as it always was, on the same paths.
 
+pub(super) mod header;
+
 use std::borrow::Cow;
 use std::io::BufRead;
 use std::sync::Arc;

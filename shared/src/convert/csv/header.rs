@@ -3,7 +3,7 @@
 //!
 //! The header is read first, with csv-core (the parser under arrow-csv, with the same
 //! dialect), and decides for this one file which of its columns feeds which schema column.
-//! The file is then decoded by [`super::csv`] against a schema in the file's own column
+//! The file is then decoded by [`super`] against a schema in the file's own column
 //! order — each column of the source's schema with its type, any other column as text that
 //! is dropped afterwards — so its errors name the file's columns and lines as always; every
 //! batch is then put in the schema's order, with NULLs for a nullable schema column the file
@@ -27,8 +27,8 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, RecordBatch, new_null_array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
-use super::csv::CsvBatches;
-use super::{
+use super::CsvBatches;
+use crate::convert::{
     Batches, ConvertError, ConvertSpec, CsvOptions, Ignored, UnknownFields, nullable, scalar_types,
 };
 
@@ -44,7 +44,7 @@ struct Mapping {
 
 /// The batches of the CSV input `reader` (with a header) whose columns are matched to
 /// `spec`'s schema by name.
-pub(super) fn open<'a, R: BufRead + 'a>(
+pub(in crate::convert) fn open<'a, R: BufRead + 'a>(
     reader: R,
     options: CsvOptions,
     spec: &ConvertSpec,
@@ -192,7 +192,7 @@ fn map(spec: &ConvertSpec, names: &[String]) -> Result<Mapping, ConvertError> {
 
 /// The batches of a file decoded in its own column order, put in the schema's order (the
 /// rescued column last, as decoded, when a policy rescues).
-pub(super) struct ByName<'a> {
+pub(in crate::convert) struct ByName<'a> {
     inner: Box<dyn Batches + 'a>,
     sources: Vec<Option<usize>>,
     schema: SchemaRef,
@@ -228,10 +228,10 @@ impl Batches for ByName<'_> {
         }
         RecordBatch::try_new(self.schema.clone(), columns)
             .map(Some)
-            .map_err(|e| ConvertError::parse(None, None, super::arrow_message(e)))
+            .map_err(|e| ConvertError::parse(None, None, crate::convert::arrow_message(e)))
     }
 
-    fn take_rejects(&mut self) -> Vec<super::Rejected> {
+    fn take_rejects(&mut self) -> Vec<crate::convert::Rejected> {
         self.inner.take_rejects()
     }
 
@@ -242,13 +242,13 @@ impl Batches for ByName<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testutil::*;
-    use super::super::{BadRows, BadValues, CsvColumns, EmptyStrings, UnknownFields, convert};
+    use crate::convert::testutil::*;
+    use crate::convert::{BadRows, BadValues, CsvColumns, EmptyStrings, UnknownFields, convert};
 
     const SCHEMA: &str = r#"[{"name":"id","type":"int64","nullable":false},
         {"name":"name","type":"string"},{"name":"qty","type":"int32"}]"#;
 
-    fn spec() -> super::ConvertSpec {
+    fn spec() -> crate::convert::ConvertSpec {
         let mut spec = csv_spec(SCHEMA);
         spec.csv_columns = CsvColumns::ByName;
         spec.sum_columns = vec!["qty".into()];

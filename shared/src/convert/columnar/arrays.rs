@@ -1,5 +1,5 @@
 //! The one reading of a typed file's Arrow arrays (Parquet, Avro and ORC input) into the
-//! types of the source's schema, recursive over [`FieldType`]: what `convert/typed.rs`
+//! types of the source's schema, recursive over [`FieldType`]: what `convert/columnar/typed.rs`
 //! calls for each column, whatever the format.
 //!
 //! A [`Plan`] is made once per file from the file's Arrow type and the schema's type, and
@@ -41,14 +41,14 @@ const STRICT: CastOptions<'static> = CastOptions {
 };
 
 /// The reason given for a field the schema does not name.
-pub(super) const NOT_IN_THE_SCHEMA: &str = "not in the schema";
+pub(in crate::convert) const NOT_IN_THE_SCHEMA: &str = "not in the schema";
 
 /// Characters of a value shown in a message, at most.
 const SHOWN_CHARS: usize = 80;
 
 /// How a value of a file's type becomes a value of the schema's type.
 #[derive(Debug)]
-pub(super) struct Plan {
+pub(in crate::convert) struct Plan {
     how: How,
     /// The schema's Arrow type ([`FieldType::to_arrow`]).
     target: DataType,
@@ -103,7 +103,7 @@ pub fn reads(file: &DataType, target: &FieldType) -> bool {
 }
 
 /// How a value of the file's type `file` is read as `target`.
-pub(super) fn plan(file: &DataType, target: &FieldType) -> Plan {
+pub(in crate::convert) fn plan(file: &DataType, target: &FieldType) -> Plan {
     let refused = || {
         How::Refused(format!(
             "type {file} in the file cannot be read as {target}"
@@ -148,7 +148,7 @@ pub(super) fn plan(file: &DataType, target: &FieldType) -> Plan {
 }
 
 /// The type of a list flavour's elements.
-pub(super) fn element_type(file: &DataType) -> Option<&DataType> {
+pub(in crate::convert) fn element_type(file: &DataType) -> Option<&DataType> {
     match file {
         DataType::List(element)
         | DataType::LargeList(element)
@@ -160,7 +160,7 @@ pub(super) fn element_type(file: &DataType) -> Option<&DataType> {
 }
 
 /// The type of a map's values, when its keys are strings.
-pub(super) fn map_value_type(file: &DataType) -> Option<&DataType> {
+pub(in crate::convert) fn map_value_type(file: &DataType) -> Option<&DataType> {
     let DataType::Map(entries, _) = file else {
         return None;
     };
@@ -191,7 +191,7 @@ fn encodes_as_json(file: &DataType) -> bool {
 /// fields of a struct (by position in the file's struct), or part of each element of a
 /// list or value of a map. What no column covers is a field the schema does not name.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Cover {
+pub(in crate::convert) enum Cover {
     All,
     Fields(std::collections::BTreeMap<usize, Cover>),
     Elements(Box<Cover>),
@@ -510,7 +510,7 @@ fn to_micros(value: i64, unit: TimeUnit) -> Result<i64, String> {
 /// A step from a value to values inside it: what a path or a field the schema does not
 /// name goes through.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Level {
+pub(in crate::convert) enum Level {
     /// A struct's field, by name, at this position among the file struct's fields.
     Field { name: String, position: usize },
     /// The n-th element (from 0) of a list: a path's `[n]`.
@@ -525,7 +525,7 @@ pub(super) enum Level {
 
 /// The path of a top-level column `root` and `levels` inside it, as [`FieldPath`] spells
 /// it, with `[]` for any element of a list and `{}` for any value of a map.
-pub(super) fn spell(root: &str, levels: &[Level]) -> String {
+pub(in crate::convert) fn spell(root: &str, levels: &[Level]) -> String {
     let mut out = FieldPath::new(vec![Step::Key(root.to_owned())])
         .map(|p| p.to_string())
         .unwrap_or_default();
@@ -550,7 +550,7 @@ fn key_step(key: &str) -> String {
 
 /// Where the slots of an array are in the file: a top-level column's slots are the rows of
 /// the batch, and each step inside a value says how its slots map to its parent's.
-pub(super) enum Place<'a> {
+pub(in crate::convert) enum Place<'a> {
     /// A top-level column of the file, at this position among its columns.
     Column { name: &'a str, position: usize },
     /// A struct's field: its slots are the struct's.
@@ -581,7 +581,7 @@ pub(super) enum Place<'a> {
 
 /// Where one slot is: its row in the batch, its precise path, and its order among the
 /// values of the row as the file holds them.
-pub(super) struct Spot {
+pub(in crate::convert) struct Spot {
     pub(super) row: usize,
     steps: Vec<Step>,
     order: Vec<u32>,
@@ -658,7 +658,7 @@ impl Place<'_> {
 }
 
 /// What a batch's reading found to refuse or rescue.
-pub(super) struct Reading {
+pub(in crate::convert) struct Reading {
     /// Whether a refused value is rescued (else it fails the object).
     pub(super) rescue: bool,
     /// The 1-based row of the file of the batch's first row.
@@ -668,7 +668,7 @@ pub(super) struct Reading {
 }
 
 /// A value for the rescued column.
-pub(super) struct Found {
+pub(in crate::convert) struct Found {
     row: usize,
     order: Vec<u32>,
     path: String,
@@ -720,7 +720,11 @@ impl Reading {
 }
 
 /// An error at a row of the file: `row N: column "c": …`.
-pub(super) fn row_error(row: u64, column: &str, message: impl std::fmt::Display) -> ConvertError {
+pub(in crate::convert) fn row_error(
+    row: u64,
+    column: &str,
+    message: impl std::fmt::Display,
+) -> ConvertError {
     ConvertError::parse(
         None,
         None,
@@ -731,7 +735,7 @@ pub(super) fn row_error(row: u64, column: &str, message: impl std::fmt::Display)
 /// The rescued column of a batch of `rows` rows: per row NULL, or the JSON object
 /// `{"fields":{path:value,…},"reasons":{path:why,…}}` of what was found in it, in the order
 /// the file holds the values (a path met again in a row gets `#2`, `#3`…).
-pub(super) fn rescued_column(mut found: Vec<Found>, rows: usize) -> ArrayRef {
+pub(in crate::convert) fn rescued_column(mut found: Vec<Found>, rows: usize) -> ArrayRef {
     found.sort_by(|a, b| (a.row, &a.order).cmp(&(b.row, &b.order)));
     let mut out = StringBuilder::with_capacity(rows, found.len() * 64);
     let mut found = found.into_iter().peekable();
@@ -770,7 +774,7 @@ pub(super) fn rescued_column(mut found: Vec<Found>, rows: usize) -> ArrayRef {
 }
 
 /// The slots of `array` holding a value.
-pub(super) fn valid_slots(array: &dyn Array) -> impl Iterator<Item = usize> + use<> {
+pub(in crate::convert) fn valid_slots(array: &dyn Array) -> impl Iterator<Item = usize> + use<> {
     let nulls = array.logical_nulls();
     (0..array.len()).filter(move |&i| nulls.as_ref().is_none_or(|n| n.is_valid(i)))
 }
@@ -786,7 +790,7 @@ fn field_of(file: &StructArray, name: &str, place: &Place<'_>) -> Result<ArrayRe
 }
 
 /// `values` NULL wherever `parent` is (values under a NULL are not values).
-pub(super) fn with_nulls(
+pub(in crate::convert) fn with_nulls(
     values: &ArrayRef,
     parent: Option<&NullBuffer>,
 ) -> Result<ArrayRef, ArrowError> {
@@ -918,7 +922,7 @@ fn entries(entries: &ArrayRef, place: &Place<'_>) -> Result<(StringArray, ArrayR
 
 /// The values reached from `array` (at `place`) by `levels`, and where they are, given to
 /// `then`.
-pub(super) fn follow<R>(
+pub(in crate::convert) fn follow<R>(
     array: &ArrayRef,
     levels: &[Level],
     place: &Place<'_>,

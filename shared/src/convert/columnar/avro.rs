@@ -6,7 +6,7 @@
 //! the reader, so the input is still read once, as a stream (no spool). Every codec of
 //! the format is read: null, deflate, snappy, zstandard, bzip2 and xz. The file's records
 //! must be Avro records; their fields are the file's columns, matched to the source's
-//! schema and widened as `convert/typed.rs` says (the contract shared with Parquet and
+//! schema and widened as `convert/columnar/typed.rs` says (the contract shared with Parquet and
 //! ORC input), the Avro types as `arrow-avro` reads them: `int` is `Int32`, `long`
 //! `Int64`, `float` `Float32`, `double` `Float64`, `string` `Utf8`, an `enum` a dictionary
 //! of strings, a union of `null` and one type a nullable column of that type, the logical
@@ -40,19 +40,22 @@ use super::{ConvertError, ConvertSpec};
 use crate::schema::FieldType;
 
 /// Batches of an Avro file in the spec's schema.
-pub(super) type AvroBatches<R> = TypedBatches<Blocks<R>>;
+pub(in crate::convert) type AvroBatches<R> = TypedBatches<Blocks<R>>;
 
 /// The input with its header given again in front (it was read to learn the schema).
 type Replayed<R> = io::Chain<io::Cursor<Vec<u8>>, Recorder<R>>;
 
 /// The top-level fields of the Avro file `input` as its reader reads them (from the header;
 /// no block read).
-pub(super) fn fields(input: impl BufRead, spec: &ConvertSpec) -> Result<Fields, ConvertError> {
+pub(in crate::convert) fn fields(
+    input: impl BufRead,
+    spec: &ConvertSpec,
+) -> Result<Fields, ConvertError> {
     Ok(open(input, spec, None)?.schema().fields().clone())
 }
 
 /// Reads the header of `input` and checks its columns against the spec's schema.
-pub(super) fn batches<R: BufRead>(
+pub(in crate::convert) fn batches<R: BufRead>(
     input: R,
     spec: &ConvertSpec,
     types: &[FieldType],
@@ -139,7 +142,7 @@ fn open<I: BufRead>(
 /// with a whole block: the reader stops silently at the end of its input, dropping a last
 /// block cut short (a truncated object), so the last 16 bytes of the input must be the
 /// file's sync marker, which ends the header and every block.
-pub(super) struct Blocks<R: BufRead> {
+pub(in crate::convert) struct Blocks<R: BufRead> {
     /// `None` once the end was checked.
     reader: Option<Reader<Replayed<R>>>,
     sync: [u8; 16],
@@ -177,13 +180,13 @@ impl<R: BufRead> Iterator for Blocks<R> {
 
 /// The last 16 bytes consumed, and whether the blocks inflated past `max_decoded_bytes`.
 #[derive(Default)]
-pub(super) struct Tail {
+pub(in crate::convert) struct Tail {
     last: [u8; 16],
     /// The limit the blocks inflated past (the input stopped there).
     too_large: Option<u64>,
 }
 
-/// [`ConvertError::TooLarge`] as the reader's error (`convert/typed.rs` gives it back).
+/// [`ConvertError::TooLarge`] as the reader's error (`convert/columnar/typed.rs` gives it back).
 fn too_large(limit: u64) -> ArrowError {
     ArrowError::ExternalError(Box::new(ConvertError::TooLarge { limit }))
 }
@@ -225,7 +228,7 @@ fn check_record(schema: &str) -> Result<(), String> {
 /// The input, keeping a copy of what is consumed until `kept` is taken (the header), and
 /// the last 16 bytes consumed; past the header, the blocks of a compressed file are
 /// followed and inflated before the reader sees them (see [`BlockScan`]).
-pub(super) struct Recorder<R> {
+pub(in crate::convert) struct Recorder<R> {
     inner: R,
     kept: Option<Vec<u8>>,
     tail: Arc<Mutex<Tail>>,
@@ -243,7 +246,7 @@ pub(super) struct Recorder<R> {
 /// time, and at most up to the limit). Each block is inflated twice: here, and by the
 /// reader. A snappy block too short to hold the 4-byte checksum that ends it is refused
 /// too (`arrow-avro` 60.1 panics on one: it slices the checksum off unchecked).
-pub(super) struct BlockScan {
+pub(in crate::convert) struct BlockScan {
     framing: Framing,
     codec: Option<CompressionCodec>,
     limit: Option<u64>,
@@ -327,7 +330,7 @@ impl BlockScan {
 
 /// Where the scan is in a file's blocks.
 #[derive(Debug)]
-pub(super) enum Framing {
+pub(in crate::convert) enum Framing {
     /// A varint of the block's header: the record count (`count: true`), then the size.
     Varint { count: bool, shift: u32, value: u64 },
     /// Bytes of the block's data, then of its sync marker, still to pass.

@@ -567,6 +567,7 @@ impl RowFilter {
                 .collect::<Option<Key>>()
                 .ok_or_else(|| ConvertError::Parse {
                     line: None,
+                    record: None,
                     column: None,
                     message: format!("row {}: a bookmark key column is NULL", row + 1),
                 })?;

@@ -166,6 +166,10 @@ pub enum FormatDoc {
     Csv,
     /// One JSON object per line.
     Jsonl,
+    /// JSON documents: one value, a top-level array, or values back to back with or without
+    /// whitespace (Firehose's `{…}{…}`, pretty-printed objects); `json.records` names the
+    /// array of records inside each value (`{"Records":[…]}`).
+    Json,
     /// Parquet, columns matched by name (the file is spooled to local disk to be read).
     Parquet,
     /// Avro Object Container File, fields matched by name (read as a stream).
@@ -225,7 +229,7 @@ pub struct CsvDoc {
     pub decimal_point: Option<char>,
 }
 
-/// JSON Lines options of a source.
+/// JSON options of a source (`jsonl` and `json`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
@@ -235,6 +239,17 @@ pub struct JsonDoc {
     /// field fail the object, or are rescued under `on_bad_value: "rescue"`).
     #[serde(default)]
     pub keys: KeyMatch,
+    /// `json` only: the key of the array of records inside each value (`"Records"`,
+    /// `"logEvents"`, `"configurationItems"`). Unset: each value, and each element of a
+    /// top-level array, is a record. A value without the array is a bad row (`on_bad_row`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<String>,
+    /// `json` with `records` only: members of each value read into every one of its records,
+    /// as if each record held them (`["logGroup", "owner"]`); a record holding one of them
+    /// itself holds a key twice. Members after the records array are read too: the value's
+    /// records wait for them, up to `max_record_bytes`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub envelope: Vec<String>,
 }
 
 /// Lineage columns: column name → what it holds, written in the document's order after the
@@ -805,7 +820,7 @@ pub struct SourceDoc {
     /// Delete policy.
     #[serde(default)]
     pub on_delete: OnDelete,
-    /// Bad-row policy: `fail` (default) or `reject` (CSV and JSON Lines sources).
+    /// Bad-row policy: `fail` (default) or `reject` (CSV, JSON Lines and JSON sources).
     #[serde(default, skip_serializing_if = "OnBadRow::is_fail")]
     pub on_bad_row: OnBadRow,
     /// Under `on_bad_row: reject`, more bad rows than this in one object fail it (default
@@ -826,7 +841,8 @@ pub struct SourceDoc {
     /// rescues: per row NULL, or a JSON object of what was rescued (see "Data semantics").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rescued_column: Option<String>,
-    /// JSON Lines options (only for `jsonl`).
+    /// JSON options (for `jsonl` and `json`): key matching, and where a JSON document's
+    /// records are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub json: Option<JsonDoc>,
     /// Lineage columns, e.g. `{"_source_key": "key", "_row": "row_number"}`: values that are
@@ -852,8 +868,9 @@ pub struct SourceDoc {
     /// block, inflated once as the file streams in, before the reader inflates it.
     #[serde(default)]
     pub max_decoded_bytes: Option<u64>,
-    /// A record (CSV record or JSON line) longer than this fails the object, found after
-    /// reading at most this much of it (default 8 MiB).
+    /// A record (CSV record, JSON line or a JSON document's record) longer than this fails the
+    /// object (or is rejected under `on_bad_row: reject`), found after reading at most this
+    /// much of it (default 8 MiB).
     #[serde(default)]
     pub max_record_bytes: Option<u64>,
     /// Reconciliation settings.
@@ -1168,8 +1185,39 @@ impl Source {
                 ));
             }
         }
-        if doc.json.is_some() && doc.format != FormatDoc::Jsonl {
-            return Err(invalid(format!("{at}.json"), "only for format \"jsonl\""));
+        if let Some(json) = &doc.json {
+            if !matches!(doc.format, FormatDoc::Jsonl | FormatDoc::Json) {
+                return Err(invalid(
+                    format!("{at}.json"),
+                    "only for formats \"jsonl\" and \"json\"",
+                ));
+            }
+            if doc.format != FormatDoc::Json
+                && (json.records.is_some() || !json.envelope.is_empty())
+            {
+                return Err(invalid(
+                    format!("{at}.json"),
+                    "records and envelope are for format \"json\" (JSON Lines has a record per line)",
+                ));
+            }
+            if json.records.as_deref() == Some("") {
+                return Err(invalid(format!("{at}.json.records"), "must not be empty"));
+            }
+            if !json.envelope.is_empty() && json.records.is_none() {
+                return Err(invalid(
+                    format!("{at}.json.envelope"),
+                    "an envelope is what surrounds a records array: set json.records too",
+                ));
+            }
+            let mut seen = HashSet::new();
+            for (i, name) in json.envelope.iter().enumerate() {
+                if Some(name) == json.records.as_ref() || !seen.insert(name) {
+                    return Err(invalid(
+                        format!("{at}.json.envelope[{i}]"),
+                        format!("{name:?} is the records key or named twice"),
+                    ));
+                }
+            }
         }
         for (i, name) in doc.sum_columns.iter().enumerate() {
             match doc.schema.iter().find(|c| &c.name == name) {
@@ -1327,7 +1375,7 @@ impl Source {
             if doc.format.is_typed() {
                 return Err(invalid(
                     format!("{at}.on_bad_row"),
-                    "\"reject\" is for csv and jsonl: a Parquet, Avro or ORC input's values are typed, and its errors fail the object",
+                    "\"reject\" is for csv, jsonl and json: a Parquet, Avro or ORC input's values are typed, and its errors fail the object",
                 ));
             }
             if doc.bookmark.is_some() {
@@ -1394,6 +1442,7 @@ impl Source {
         };
         let format = match self.doc.format {
             FormatDoc::Jsonl => InputFormat::JsonLines,
+            FormatDoc::Json => InputFormat::Json,
             FormatDoc::Parquet => InputFormat::Parquet,
             FormatDoc::Avro => InputFormat::Avro,
             FormatDoc::Orc => InputFormat::Orc,
@@ -1466,6 +1515,12 @@ impl Source {
             spec.rescue_column = name.clone();
         }
         spec.json_keys = self.doc.json.as_ref().map(|j| j.keys).unwrap_or_default();
+        if let Some(json) = &self.doc.json {
+            spec.json = crate::convert::JsonDocuments {
+                records: json.records.clone(),
+                envelope: json.envelope.clone(),
+            };
+        }
         spec.lineage = self.doc.metadata_columns.0.clone();
         spec
     }
@@ -2373,6 +2428,60 @@ mod tests {
     }
 
     #[test]
+    fn json_documents_name_their_records_and_envelope() {
+        use crate::convert::{InputFormat, JsonDocuments};
+        let json = |json: &str| {
+            jsonl(
+                r#"{"name":"id","type":"string"}"#,
+                &format!(r#","json":{json}"#),
+            )
+            .map(|c| c.sources[0].convert_spec("trail/a.json.gz"))
+        };
+        let documents = |json: &str| {
+            Config::from_json(&format!(
+                r#"{{"sources":[{{"source_id":"cw","bucket":"landing","prefix":"cw/",
+                "format":"json","schema":[{{"name":"id","type":"string"}}],
+                "output":{{"bucket":"lake","prefix":"cw/"}},"json":{json},"on_bad_row":"reject"}}]}}"#
+            ))
+            .map(|c| c.sources[0].convert_spec("cw/a.gz"))
+            .map_err(|e| e.to_string())
+        };
+        let spec = documents(r#"{"records":"logEvents","envelope":["logGroup","owner"]}"#).unwrap();
+        assert_eq!(spec.format, InputFormat::Json);
+        assert_eq!(
+            spec.json,
+            JsonDocuments {
+                records: Some("logEvents".into()),
+                envelope: vec!["logGroup".into(), "owner".into()],
+            }
+        );
+        assert_eq!(documents("{}").unwrap().json, JsonDocuments::default());
+        for (bad, says) in [
+            (r#"{"records":""}"#, "json.records: must not be empty"),
+            (
+                r#"{"envelope":["owner"]}"#,
+                "json.envelope: an envelope is what surrounds",
+            ),
+            (
+                r#"{"records":"logEvents","envelope":["logEvents"]}"#,
+                "json.envelope[0]: \"logEvents\" is the records key",
+            ),
+            (
+                r#"{"records":"r","envelope":["a","a"]}"#,
+                "json.envelope[1]: \"a\" is the records key or named twice",
+            ),
+        ] {
+            let err = documents(bad).unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let err = json(r#"{"records":"Records"}"#).unwrap_err();
+        assert!(
+            err.contains("records and envelope are for format \"json\""),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn nested_columns_paths_and_policies_reach_the_converter() {
         use crate::convert::{BadValues, KeyMatch, Lineage, UnknownFields};
         let schema = r#"{"name":"userIdentity","type":"struct<type:string,arn:string>"},
@@ -2585,7 +2694,10 @@ mod tests {
                 r#","csv":{"null_values":["NA"],"false_values":["NA"]}"#,
                 "listed twice",
             ),
-            (r#","json":{"keys":"exact"}"#, "only for format \"jsonl\""),
+            (
+                r#","json":{"keys":"exact"}"#,
+                "only for formats \"jsonl\" and \"json\"",
+            ),
         ] {
             let err = Config::from_json(&doc(extra)).unwrap_err().to_string();
             assert!(err.contains(says), "{extra}: {err}");

@@ -1654,6 +1654,9 @@ fn rejects_jsonl(
                     .into();
             }
         }
+        if let Some(record) = r.record_number {
+            line["record_number"] = record.into();
+        }
         if r.truncated {
             line["truncated"] = true.into();
         }

@@ -406,6 +406,7 @@ fn what_pyarrow_refuses_the_converter_refuses_naming_line_and_column() {
         match convert(csv.as_bytes(), &case.spec(), Vec::new()) {
             Err(ConvertError::Parse {
                 line,
+                record: None,
                 column: Some(named),
                 message,
             }) => {

@@ -1,6 +1,6 @@
 //! The CLI reference page (`docs/pages/reference/cli.md`) is generated from the clap
 //! definitions, so it cannot drift: this test renders it and fails when the committed page
-//! differs. `TIDEMARK_DOCS=overwrite cargo test -p tidemark-cli --test reference` writes it.
+//! differs. `TIDEMARK_DOCS=overwrite cargo test -p tidemark-cli --test cli reference::` writes it.
 
 use std::path::{Path, PathBuf};
 
@@ -12,7 +12,7 @@ const HEADER: &str = "\
 Every command of `tidemark`, the operator CLI, with its options, as `tidemark <command> --help`
 prints them. This page is generated from the CLI's own definitions
 (`infra/cli/tests/reference.rs`; `TIDEMARK_DOCS=overwrite cargo test -p tidemark-cli --test
-reference` writes it again) and the test suite fails when it is out of date.
+cli reference::` writes it again) and the test suite fails when it is out of date.
 
 How the commands fit together is in [Getting started](../getting-started.md); the backends
 (`--backend local`, the default, or `aws`) in the [deployment guide](../deploy.md). TIME
@@ -103,7 +103,7 @@ fn check_current(path: &Path, fresh: &str, what: &str) {
     assert!(
         committed == fresh,
         "{} is out of date with {what}: run \
-         `TIDEMARK_DOCS=overwrite cargo test -p tidemark-cli --test reference` and commit it \
+         `TIDEMARK_DOCS=overwrite cargo test -p tidemark-cli --test cli reference::` and commit it \
          (first differing line: {:?})",
         path.display(),
         committed
@@ -146,7 +146,7 @@ fails with the path of the field at fault (`invalid configuration at sources[1].
 
 This page is generated from the document's own types and their doc comments
 (`infra/cli/tests/reference.rs`; `TIDEMARK_DOCS=overwrite cargo test -p tidemark-cli --test
-reference` writes it again) and the test suite fails when it is out of date. The same
+cli reference::` writes it again) and the test suite fails when it is out of date. The same
 definitions as a JSON Schema, for editors that validate as you type:
 [`sources.schema.json`](sources.schema.json).
 ";

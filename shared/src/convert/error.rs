@@ -9,11 +9,14 @@ pub enum ConvertError {
     /// The input is not valid for the format and schema: a value that does not parse,
     /// a wrong number of fields, invalid UTF-8, a NULL in a non-nullable column, a JSON
     /// line that is not one object…, or a sum that overflows.
-    #[error("{}{message}", location(.line, .column))]
+    #[error("{}{message}", location(.record, .line, .column))]
     Parse {
         /// 1-based physical line of the decompressed input where the offending record
         /// starts (the CSV header is line 1), when known.
         line: Option<u64>,
+        /// 1-based ordinal of the offending record, for formats whose records are not
+        /// lines (JSON documents: the n-th record of the file, whatever its line).
+        record: Option<std::num::NonZeroU64>,
         /// The offending column, when known.
         column: Option<String>,
         /// What is wrong.
@@ -53,8 +56,17 @@ pub enum ConvertError {
     },
 }
 
-fn location(line: &Option<u64>, column: &Option<String>) -> String {
-    let line = line.map(|l| format!("line {l}: ")).unwrap_or_default();
+fn location(
+    record: &Option<std::num::NonZeroU64>,
+    line: &Option<u64>,
+    column: &Option<String>,
+) -> String {
+    let line = match (record, line) {
+        (Some(r), Some(l)) => format!("record {r} (line {l}): "),
+        (Some(r), None) => format!("record {r}: "),
+        (None, Some(l)) => format!("line {l}: "),
+        (None, None) => String::new(),
+    };
     let column = column
         .as_ref()
         .map(|c| format!("column {c:?}: "))
@@ -86,6 +98,7 @@ impl ConvertError {
     ) -> Self {
         Self::Parse {
             line,
+            record: None,
             column: column.map(str::to_owned),
             message: message.into(),
         }

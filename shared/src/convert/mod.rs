@@ -430,6 +430,7 @@ impl<'s> Decoding<'s> {
                 Box::new(csv::CsvBatches::new(reader, options, spec, types)?)
             }
             InputFormat::JsonLines => Box::new(json::JsonBatches::new(reader, spec)?),
+            InputFormat::Json => Box::new(json::JsonBatches::documents(reader, spec)?),
             // The columnar readers panic on some corrupt files (parquet-rs and arrow-rs on
             // pages whose levels or lengths lie, found by fuzzing): a panic fails the file
             // as invalid, naming it, as any bad input.

@@ -34,6 +34,9 @@ pub enum BadRows {
 pub struct Rejected {
     /// 1-based physical line of the decompressed input where the record starts.
     pub line: Option<u64>,
+    /// 1-based ordinal of the record, for formats whose records are not lines (JSON
+    /// documents).
+    pub record_number: Option<u64>,
     /// The offending column, when known.
     pub column: Option<String>,
     /// The whole complaint, as the object's error would read: `line 3: column "qty": …`.
@@ -47,14 +50,20 @@ pub struct Rejected {
 
 impl Rejected {
     fn new(error: ConvertError, record: &[u8]) -> Self {
-        let (line, column) = match &error {
-            ConvertError::Parse { line, column, .. } => (*line, column.clone()),
-            _ => (None, None),
+        let (line, record_number, column) = match &error {
+            ConvertError::Parse {
+                line,
+                record,
+                column,
+                ..
+            } => (*line, record.map(|r| r.get()), column.clone()),
+            _ => (None, None, None),
         };
         let record = trim_terminators(record);
         let truncated = record.len() > REJECT_RECORD_BYTES;
         Self {
             line,
+            record_number,
             column,
             error: error.to_string(),
             record: record[..record.len().min(REJECT_RECORD_BYTES)].to_vec(),
@@ -127,7 +136,7 @@ impl RejectLog {
     /// rows of one batch in another order).
     pub(super) fn take(&mut self) -> Vec<Rejected> {
         let mut rows = std::mem::take(&mut self.rows);
-        rows.sort_by_key(|r| r.line);
+        rows.sort_by_key(|r| (r.line, r.record_number));
         rows
     }
 }

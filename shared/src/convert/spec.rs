@@ -77,6 +77,10 @@ pub enum InputFormat {
     /// One JSON object per line, keys matched to the schema by name; keys not in the
     /// schema are ignored, missing keys are NULL, blank lines are skipped.
     JsonLines,
+    /// A file of JSON values (one document, a top-level array, or values concatenated with
+    /// or without whitespace between them), cut into records as [`ConvertSpec::json`] says
+    /// and read as JSON Lines are (see `convert/json/documents.rs`).
+    Json,
     /// A Parquet file, columns matched to the schema by name and read by row group; the
     /// input is spooled to a temporary file first (see `convert/parquet.rs`).
     Parquet,
@@ -86,6 +90,17 @@ pub enum InputFormat {
     /// An ORC file, columns matched to the schema by name and read by stripe; the input
     /// is spooled to a temporary file first (see `convert/orc.rs`).
     Orc,
+}
+
+/// Where the records of a file of JSON documents ([`InputFormat::Json`]) are.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JsonDocuments {
+    /// The key of the array of records inside each value (`Records`, `logEvents`); `None`:
+    /// each value, and each element of a top-level array, is a record.
+    pub records: Option<String>,
+    /// Members of each value read into every one of its records (with `records`): the
+    /// envelope around them (`logGroup`, `owner`). They must come before the records array.
+    pub envelope: Vec<String>,
 }
 
 /// How the columns of a CSV file with a header are matched to the schema.
@@ -326,6 +341,8 @@ pub struct ConvertSpec {
     pub rescue_column: String,
     /// How JSON keys are matched (default [`KeyMatch::Exact`]).
     pub json_keys: KeyMatch,
+    /// Where the records of JSON documents are ([`InputFormat::Json`] only).
+    pub json: JsonDocuments,
     /// How CSV fields spell NULL, booleans and decimal points.
     pub csv_values: CsvValues,
     /// Lineage columns written last, in order: name and value.
@@ -364,6 +381,7 @@ impl ConvertSpec {
             bad_values: BadValues::Fail,
             rescue_column: DEFAULT_RESCUE_COLUMN.to_owned(),
             json_keys: KeyMatch::Exact,
+            json: JsonDocuments::default(),
             csv_values: CsvValues::default(),
             lineage: Vec::new(),
             object: None,

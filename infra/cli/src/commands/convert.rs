@@ -123,7 +123,7 @@ pub struct ConvertReport {
     pub key: String,
     /// Would the source select that key (prefix, include and exclude globs)?
     pub selected: bool,
-    /// Input format: `csv`, `jsonl`, `parquet`, `avro` or `orc`.
+    /// Input format: `csv`, `jsonl`, `json`, `parquet`, `avro` or `orc`.
     pub format: &'static str,
     /// Input compression.
     pub compression: Compression,
@@ -184,6 +184,9 @@ pub struct Failure {
     pub kind: &'static str,
     /// 1-based line of the decompressed input, when known.
     pub line: Option<u64>,
+    /// 1-based ordinal of the record, for JSON documents (whose records are not lines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<u64>,
     /// The column, when known.
     pub column: Option<String>,
 }
@@ -330,6 +333,7 @@ fn convert_file_watched(
             ),
             kind: "object_too_large",
             line: None,
+            record: None,
             column: None,
         });
         return Ok(report);
@@ -514,6 +518,7 @@ fn format_name(format: &InputFormat) -> &'static str {
     match format {
         InputFormat::Csv(_) => "csv",
         InputFormat::JsonLines => "jsonl",
+        InputFormat::Json => "json",
         InputFormat::Parquet => "parquet",
         InputFormat::Avro => "avro",
         InputFormat::Orc => "orc",
@@ -521,19 +526,25 @@ fn format_name(format: &InputFormat) -> &'static str {
 }
 
 fn failure(input: &str, e: &ConvertError) -> Failure {
-    let (kind, line, column) = match e {
-        ConvertError::Parse { line, column, .. } => ("parse", *line, column.clone()),
-        ConvertError::Decompress { .. } => ("decompress", None, None),
-        ConvertError::TooLarge { .. } => ("too_large", None, None),
-        ConvertError::Encode { .. } => ("encode", None, None),
-        ConvertError::Io(_) => ("io", None, None),
-        ConvertError::InvalidSpec { .. } => ("invalid_spec", None, None),
-        ConvertError::Abandoned(_) => ("abandoned", None, None),
+    let (kind, line, record, column) = match e {
+        ConvertError::Parse {
+            line,
+            record,
+            column,
+            ..
+        } => ("parse", *line, record.map(|r| r.get()), column.clone()),
+        ConvertError::Decompress { .. } => ("decompress", None, None, None),
+        ConvertError::TooLarge { .. } => ("too_large", None, None, None),
+        ConvertError::Encode { .. } => ("encode", None, None, None),
+        ConvertError::Io(_) => ("io", None, None, None),
+        ConvertError::InvalidSpec { .. } => ("invalid_spec", None, None, None),
+        ConvertError::Abandoned(_) => ("abandoned", None, None, None),
     };
     Failure {
         message: format!("{input}: {e}"),
         kind,
         line,
+        record,
         column,
     }
 }
@@ -795,6 +806,7 @@ mod tests {
     fn records_are_shortened() {
         let long = Rejected {
             line: Some(2),
+            record_number: None,
             column: None,
             error: "line 2: bad".into(),
             record: "é".repeat(200).into_bytes(),

@@ -25,6 +25,9 @@
 
 #[cfg(test)]
 mod differential;
+pub(super) mod documents;
+#[cfg(test)]
+mod documents_tests;
 mod fast;
 #[cfg(test)]
 mod nested_differential;
@@ -51,6 +54,7 @@ use arrow_json::reader::{
 };
 use arrow_schema::{ArrowError, DataType, FieldRef, Schema, SchemaRef};
 
+use self::documents::{Documents, Next, Place};
 use self::fast::FastDecoder;
 use self::tree::{Shared, StructDecoder, TimeReading, show};
 use super::reject::RejectLog;
@@ -60,9 +64,17 @@ use super::{
 };
 use crate::schema::{ColumnSpec, ColumnType};
 
-/// Record batches decoded from JSON Lines text.
+/// Where the records come from.
+enum Input<R> {
+    /// JSON Lines: a record per line.
+    Lines(R),
+    /// JSON documents, cut into records.
+    Documents(Box<Documents<R>>),
+}
+
+/// Record batches decoded from JSON Lines text, or from JSON documents cut into records.
 pub(super) struct JsonBatches<R> {
-    reader: R,
+    input: Input<R>,
     batch_rows: usize,
     batch_bytes: usize,
     max_record_bytes: usize,
@@ -80,10 +92,12 @@ pub(super) struct JsonBatches<R> {
     fast: bool,
     /// The lines of the batch in progress, each ending with a newline.
     buf: Vec<u8>,
-    /// Number and extent in `buf` of each line holding a row.
-    rows: Vec<(u64, Range<usize>)>,
-    /// Lines read so far.
+    /// Place and extent in `buf` of each record holding a row.
+    rows: Vec<(Place, Range<usize>)>,
+    /// Lines read so far (JSON Lines).
     line: u64,
+    /// The record being read.
+    place: Place,
     end: bool,
     /// Rows set aside (policy [`super::BadRows::Reject`]).
     rejects: RejectLog,
@@ -94,7 +108,21 @@ pub(super) struct JsonBatches<R> {
 }
 
 impl<R: BufRead> JsonBatches<R> {
-    /// Prepares to decode `reader`.
+    /// Prepares to decode the JSON documents of `reader` ([`super::InputFormat::Json`]).
+    pub(super) fn documents(reader: R, spec: &ConvertSpec) -> Result<Self, ConvertError> {
+        let mut batches = Self::new(reader, spec)?;
+        batches.input = match batches.input {
+            Input::Lines(reader) => Input::Documents(Box::new(Documents::new(
+                reader,
+                &spec.json,
+                spec.max_record_bytes,
+            ))),
+            documents => documents,
+        };
+        Ok(batches)
+    }
+
+    /// Prepares to decode the JSON Lines of `reader`.
     pub(super) fn new(reader: R, spec: &ConvertSpec) -> Result<Self, ConvertError> {
         let schema = spec.decoded_schema();
         let decode_schema = nullable(&schema);
@@ -123,7 +151,7 @@ impl<R: BufRead> JsonBatches<R> {
             .flatten()
             .filter(|_| !arrow_only());
         Ok(Self {
-            reader,
+            input: Input::Lines(reader),
             batch_rows: spec.batch_rows,
             batch_bytes: spec.batch_bytes,
             max_record_bytes: spec.max_record_bytes,
@@ -136,6 +164,7 @@ impl<R: BufRead> JsonBatches<R> {
             buf: Vec::new(),
             rows: Vec::new(),
             line: 0,
+            place: Place::line(0),
             end: false,
             rejects: RejectLog::new(spec.bad_rows),
             ignored: Ignored::default(),
@@ -156,38 +185,11 @@ impl<R: BufRead> JsonBatches<R> {
         let limit = self.max_record_bytes.saturating_add(2);
         while !self.end && self.rows.len() < self.batch_rows && self.buf.len() < self.batch_bytes {
             let start = self.buf.len();
-            let read = read_line(&mut self.reader, &mut self.buf, limit)?;
-            if read == 0 {
-                self.end = true;
-                break;
-            }
-            self.line += 1;
-            let line = &self.buf[start..];
-            let line = line.strip_suffix(b"\n").unwrap_or(line);
-            if line.strip_suffix(b"\r").unwrap_or(line).len() > self.max_record_bytes {
-                let message = format!(
-                    "the line is longer than the limit of {} bytes (max_record_bytes)",
-                    self.max_record_bytes
-                );
-                let error = ConvertError::parse(Some(self.line), None, message);
-                if !self.rejects.rejects() {
-                    return Err(error);
-                }
-                if self.buf.last() != Some(&b'\n') {
-                    skip_line(&mut self.reader)?;
-                }
-                self.set_aside(start, error)?;
+            if !self.next_record(limit)? {
                 continue;
-            }
-            if self.buf[start..].trim_ascii().is_empty() {
-                self.buf.truncate(start);
-                continue;
-            }
-            if self.buf.last() != Some(&b'\n') {
-                self.buf.push(b'\n');
             }
             let Ok(text) = simdutf8::basic::from_utf8(&self.buf[start..]) else {
-                let error = ConvertError::parse(Some(self.line), None, "invalid UTF-8");
+                let error = self.place.error(None, "invalid UTF-8");
                 self.set_aside(start, error)?;
                 continue;
             };
@@ -201,7 +203,7 @@ impl<R: BufRead> JsonBatches<R> {
                 if misread_pair {
                     self.spell_out(start);
                 }
-                self.rows.push((self.line, start..self.buf.len()));
+                self.rows.push((self.place, start..self.buf.len()));
                 continue;
             }
             self.spell_out(start);
@@ -210,7 +212,7 @@ impl<R: BufRead> JsonBatches<R> {
                 // whose other lines the fast path has all read: the batch stays on it.
                 if let Some(error) =
                     self.strict
-                        .line_error(&self.decode_schema, self.line, &self.buf[start..])
+                        .line_error(&self.decode_schema, self.place, &self.buf[start..])
                 {
                     if let Some(flat) = &mut self.fast_decoder {
                         flat.rollback();
@@ -228,7 +230,7 @@ impl<R: BufRead> JsonBatches<R> {
             let taken = self
                 .decoder
                 .decode(text)
-                .map_err(|e| ConvertError::parse(Some(self.line), None, arrow_message(e)));
+                .map_err(|e| self.place.error(None, arrow_message(e)));
             let error = match taken {
                 Ok(taken)
                     if taken == text.len()
@@ -241,8 +243,8 @@ impl<R: BufRead> JsonBatches<R> {
                 // one that takes one row, so that the error does not depend on batching.
                 failed => Some(
                     self.strict
-                        .line_error(&self.decode_schema, self.line, text)
-                        .unwrap_or_else(|| failed.err().unwrap_or_else(|| one_value(self.line))),
+                        .line_error(&self.decode_schema, self.place, text)
+                        .unwrap_or_else(|| failed.err().unwrap_or_else(|| one_value(self.place))),
                 ),
             };
             if let Some(error) = error {
@@ -255,9 +257,67 @@ impl<R: BufRead> JsonBatches<R> {
                 }
                 break;
             }
-            self.rows.push((self.line, start..self.buf.len()));
+            self.rows.push((self.place, start..self.buf.len()));
         }
         Ok(())
+    }
+
+    /// Reads the next record to the end of `buf`, ending with a newline, its place in
+    /// `place`: `true` if there is one to decode; `false` at the end of the input (`end`
+    /// set), or when the line was blank or set aside.
+    fn next_record(&mut self, limit: usize) -> Result<bool, ConvertError> {
+        let start = self.buf.len();
+        let reader = match &mut self.input {
+            Input::Lines(reader) => reader,
+            Input::Documents(documents) => {
+                return match documents.next(&mut self.buf)? {
+                    Next::End => {
+                        self.end = true;
+                        Ok(false)
+                    }
+                    Next::Bad(error) => {
+                        self.set_aside(start, error)?;
+                        Ok(false)
+                    }
+                    Next::Record(place) => {
+                        self.place = place;
+                        Ok(true)
+                    }
+                };
+            }
+        };
+        let read = read_line(reader, &mut self.buf, limit)?;
+        if read == 0 {
+            self.end = true;
+            return Ok(false);
+        }
+        self.line += 1;
+        self.place = Place::line(self.line);
+        let line = &self.buf[start..];
+        let line = line.strip_suffix(b"\n").unwrap_or(line);
+        if line.strip_suffix(b"\r").unwrap_or(line).len() > self.max_record_bytes {
+            let message = format!(
+                "the line is longer than the limit of {} bytes (max_record_bytes)",
+                self.max_record_bytes
+            );
+            let error = self.place.error(None, message);
+            if !self.rejects.rejects() {
+                return Err(error);
+            }
+            if self.buf.last() != Some(&b'\n') {
+                skip_line(reader)?;
+            }
+            self.set_aside(start, error)?;
+            return Ok(false);
+        }
+        if self.buf[start..].trim_ascii().is_empty() {
+            self.buf.truncate(start);
+            return Ok(false);
+        }
+        if self.buf.last() != Some(&b'\n') {
+            self.buf.push(b'\n');
+        }
+        Ok(true)
     }
 
     /// The batch in progress leaves the fast path: its rows so far are fed to `decoder`,
@@ -309,10 +369,10 @@ impl<R: BufRead> JsonBatches<R> {
             let taken = self
                 .decoder
                 .decode(text)
-                .map_err(|e| ConvertError::parse(Some(*line), None, arrow_message(e)))?;
+                .map_err(|e| line.error(None, arrow_message(e)))?;
             if taken != text.len() {
                 let message = "internal error: a line that decoded alone does not decode again";
-                return Err(ConvertError::parse(Some(*line), None, message));
+                return Err(line.error(None, message));
             }
         }
         Ok(())
@@ -340,9 +400,9 @@ impl<R: BufRead> JsonBatches<R> {
     /// `good`, in order.
     fn sort_range(
         &mut self,
-        rows: &[(u64, Range<usize>)],
+        rows: &[(Place, Range<usize>)],
         pieces: &mut Vec<RecordBatch>,
-        good: &mut Vec<(u64, Range<usize>)>,
+        good: &mut Vec<(Place, Range<usize>)>,
     ) -> Result<(), ConvertError> {
         if rows.is_empty() {
             return Ok(());
@@ -358,7 +418,7 @@ impl<R: BufRead> JsonBatches<R> {
                 Err(e) => self.diagnose(*line, bytes, e),
                 Ok(()) => {
                     let message = "internal error: a line that decodes alone fails in a batch";
-                    ConvertError::parse(Some(*line), None, message)
+                    line.error(None, message)
                 }
             };
             return self.rejects.reject(error, &self.buf[range.clone()]);
@@ -369,7 +429,7 @@ impl<R: BufRead> JsonBatches<R> {
     }
 
     /// `rows` decoded together, or `None` if one of them fails.
-    fn decode_rows(&mut self, rows: &[(u64, Range<usize>)]) -> Option<RecordBatch> {
+    fn decode_rows(&mut self, rows: &[(Place, Range<usize>)]) -> Option<RecordBatch> {
         let mut decoder = self.strict.decoder(&self.decode_schema, rows.len()).ok()?;
         for (_, range) in rows {
             decoder.decode(&self.buf[range.clone()]).ok()?;
@@ -415,10 +475,13 @@ impl<R: BufRead> JsonBatches<R> {
         let bad: Vec<_> = null_rows(&batch, &self.schema)
             .into_iter()
             .map(|(row, column)| {
-                let line = self.rows.get(row).map(|(line, _)| *line);
                 let name = self.schema.field(column).name();
                 let message = "missing value in a non-nullable column";
-                (row, ConvertError::parse(line, Some(name), message))
+                let error = match self.rows.get(row) {
+                    Some((place, _)) => place.error(Some(name), message),
+                    None => ConvertError::parse(None, Some(name), message),
+                };
+                (row, error)
             })
             .collect();
         if bad.is_empty() {
@@ -441,7 +504,7 @@ impl<R: BufRead> JsonBatches<R> {
         if let Some((row, path, message)) = located
             && let Some((line, _)) = self.rows.get(row)
         {
-            return ConvertError::parse(Some(*line), Some(&path), message);
+            return line.error(Some(&path), message);
         }
         match self.rows.iter().find_map(|(line, range)| {
             let bytes = &self.buf[range.clone()];
@@ -455,15 +518,15 @@ impl<R: BufRead> JsonBatches<R> {
 
     /// The error of `line` (its `bytes`), which just failed on its own with `e`: at the path
     /// the row decoder found, or else of the line as a whole (one that is not an object).
-    fn diagnose(&self, line: u64, _bytes: &[u8], e: ArrowError) -> ConvertError {
+    fn diagnose(&self, line: Place, _bytes: &[u8], e: ArrowError) -> ConvertError {
         if let Some((_, path, message)) = self.strict.shared.findings().located.take() {
-            return ConvertError::parse(Some(line), Some(&path), message);
+            return line.error(Some(&path), message);
         }
         let message = arrow_message(e);
         if message.starts_with("expected { got") {
-            return ConvertError::parse(Some(line), None, format!("not a JSON object: {message}"));
+            return line.error(None, format!("not a JSON object: {message}"));
         }
-        ConvertError::parse(Some(line), None, message)
+        line.error(None, message)
     }
 
     /// Adds the values of unknown fields the last decoding of rows dropped to the batch's
@@ -507,10 +570,12 @@ impl<R: BufRead> JsonBatches<R> {
             return self.reject_nulls(batch).map(Some);
         }
         if let Some((row, column)) = null_violation(&batch, &self.schema) {
-            let line = self.rows.get(row).map(|(line, _)| *line);
             let name = self.schema.field(column).name();
             let message = "missing value in a non-nullable column";
-            return Err(ConvertError::parse(line, Some(name), message));
+            return Err(match self.rows.get(row) {
+                Some((place, _)) => place.error(Some(name), message),
+                None => ConvertError::parse(None, Some(name), message),
+            });
         }
         Ok(Some(batch))
     }
@@ -536,12 +601,12 @@ impl<R: BufRead> Batches for JsonBatches<R> {
     }
 }
 
-fn one_value(line: u64) -> ConvertError {
-    ConvertError::parse(
-        Some(line),
-        None,
-        "expected exactly one JSON value on the line",
-    )
+fn one_value(place: Place) -> ConvertError {
+    let message = match place.record {
+        None => "expected exactly one JSON value on the line",
+        Some(_) => "expected exactly one JSON value in the record",
+    };
+    place.error(None, message)
 }
 
 /// Whether arrow-json reads an escaped surrogate pair whose high half is `0xD800 +
@@ -719,14 +784,14 @@ impl Strict {
     fn line_error(
         self: &Arc<Self>,
         schema: &Schema,
-        line: u64,
+        line: Place,
         text: &[u8],
     ) -> Option<ConvertError> {
         let Ok(mut decoder) = self.decoder(schema, 1) else {
             return None;
         };
         match decoder.decode(text) {
-            Err(e) => Some(ConvertError::parse(Some(line), None, arrow_message(e))),
+            Err(e) => Some(line.error(None, arrow_message(e))),
             Ok(taken)
                 if taken != text.len() || decoder.has_partial_record() || decoder.len() != 1 =>
             {

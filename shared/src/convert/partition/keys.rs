@@ -158,6 +158,7 @@ impl Column {
         let transform = self.spec.transform;
         let error = |message: String| ConvertError::Parse {
             line: None,
+            record: None,
             column: Some(self.spec.from.clone()),
             message: format!("partition {}: {message}", self.spec.name()),
         };
@@ -323,6 +324,7 @@ impl Partitions {
         if self.dirs.len() == self.max {
             return Err(ConvertError::Parse {
                 line: None,
+                record: None,
                 column: None,
                 message: format!(
                     "the object's rows fall in more than {} partitions \

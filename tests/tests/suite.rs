@@ -17,6 +17,7 @@ mod freshness;
 mod hostile;
 mod infer_bucket;
 mod ingest;
+mod json_documents;
 mod json_model;
 mod json_times;
 mod memory;

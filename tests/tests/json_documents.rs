@@ -148,7 +148,7 @@ fn check(source: &Value, records: &Path, parquet: &Path, dir: &Path) -> (bool, S
 
 async fn documents_land_as_python_reads_them(b: Backends) {
     let config = config(&b);
-    let mut ev = Events::new(&b, &config);
+    let ev = Events::new(&b, &config);
     let mut seq = 0x20_0000;
     let dir = tempfile::tempdir().unwrap();
     let mut objects = 0;

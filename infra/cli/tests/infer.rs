@@ -418,3 +418,66 @@ fn files_on_which_the_readers_loop_or_panic_fail_naming_the_file() {
         );
     }
 }
+
+/// JSON documents as AWS and others land them (`tests/fixtures/aws`): a CloudTrail file's
+/// `{"Records":[...]}` is read as its records (the name says `.json.gz`), CloudWatch Logs data
+/// delivered by Firehose (gzip without `.gz`, concatenated envelopes) as its `logEvents` with
+/// the envelope's scalars, a Firehose delivery of records back to back and a pretty-printed
+/// array each as records; JSON Lines named `.json` whose objects hold arrays of objects stay
+/// JSON Lines.
+#[test]
+fn json_documents_propose_their_records_array_and_envelope() {
+    let aws = repo().join("tests/fixtures/aws");
+    let trail = infer(&[&aws.join("cloudtrail")], &[]);
+    let source = &trail["source"];
+    assert_eq!(
+        (source["format"].as_str(), source["json"].clone()),
+        (Some("json"), serde_json::json!({"records": "Records"})),
+        "{trail:#}"
+    );
+    let names: Vec<String> = schema(&trail).into_iter().map(|c| c.0).collect();
+    assert!(
+        names.contains(&"eventName".to_string()) && names.contains(&"userIdentity".to_string()),
+        "{names:?}"
+    );
+    // 80 + 40 + 0 records in the three files, all read and converted.
+    let rows: u64 = trail["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["converted_rows"].as_u64().unwrap())
+        .sum();
+    assert_eq!(rows, 120, "{trail:#}");
+
+    let cw = infer(&[&aws.join("cloudwatch")], &["--format", "json"]);
+    let source = &cw["source"];
+    assert_eq!(source["compression"], "gzip", "{cw:#}");
+    assert_eq!(
+        source["json"],
+        serde_json::json!({"records": "logEvents",
+            "envelope": ["messageType", "owner", "logGroup", "logStream"]})
+    );
+    assert_eq!(
+        schema(&cw)
+            .into_iter()
+            .map(|c| c.0)
+            .collect::<Vec<_>>(),
+        ["messageType", "owner", "logGroup", "logStream", "id", "timestamp", "message"]
+    );
+
+    for (dir, extra) in [("firehose", &["--format", "json"][..]), ("export", &[][..])] {
+        let report = infer(&[&aws.join(dir)], extra);
+        assert_eq!(report["source"]["format"], "json", "{dir}: {report:#}");
+        assert!(report["source"].get("json").is_none(), "{dir}: {report:#}");
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let lines = dir.path().join("orders.json");
+    std::fs::write(
+        &lines,
+        "{\"id\":1,\"items\":[{\"sku\":\"a\"}]}\n{\"id\":2,\"items\":[{\"sku\":\"b\"},{\"sku\":\"c\"}]}\n",
+    )
+    .unwrap();
+    let report = infer(&[&lines], &[]);
+    assert_eq!(report["source"]["format"], "jsonl", "{report:#}");
+}

@@ -53,6 +53,7 @@ pub(crate) use columnar::typed;
 use columnar::{arrays, avro, orc, parquet_input};
 pub use error::ConvertError;
 pub use input::decoder;
+pub use json::documents::JsonRecords;
 pub use partition::{Budget, PartFile, Routed, convert_partitioned};
 pub use reject::{BadRows, Rejected};
 pub use spec::*;
@@ -103,6 +104,20 @@ fn null_violation(batch: &RecordBatch, schema: &Schema) -> Option<(usize, usize)
         .filter(|(_, (field, array))| !field.is_nullable() && array.null_count() > 0)
         .filter_map(|(col, (_, array))| Some(((0..array.len()).find(|&r| array.is_null(r))?, col)))
         .min()
+}
+
+/// The records of the JSON documents ([`InputFormat::Json`]) of `input`, each its text, cut
+/// as the converter cuts them (`options` says where the records are; the envelope's members
+/// are put in each). A bad value (not an object, or without its records array) or a record
+/// past `max_record_bytes` is an `Err` and the records go on; an `Err` that puts the structure
+/// in doubt (the input ends inside a value, a bracket that does not match) is the last item.
+/// For inference, which reads the first records of a sample.
+pub fn json_records<R: BufRead>(
+    input: R,
+    options: &JsonDocuments,
+    max_record_bytes: usize,
+) -> JsonRecords<R> {
+    json::documents::records(input, options, max_record_bytes)
 }
 
 /// A source of decoded record batches, checked against the spec's schema.

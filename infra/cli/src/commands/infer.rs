@@ -107,6 +107,9 @@ pub enum Format {
     Csv,
     /// One JSON object per line.
     Jsonl,
+    /// JSON documents: one value, a top-level array, or values back to back (with or without
+    /// whitespace); the records are each value's array of objects when it holds one.
+    Json,
     /// Parquet.
     Parquet,
     /// Avro Object Container Files.
@@ -213,14 +216,174 @@ fn spread<T: Clone>(items: Vec<T>, n: usize) -> Vec<T> {
 /// `path` decompressed as its name says.
 fn decompressed(path: &Path) -> Result<Box<dyn Read + Send>, String> {
     let file = File::open(path).map_err(|e| format!("cannot open it: {e}"))?;
-    let (compression, _) = Compression::from_key(&name_of(path));
+    let compression = match Compression::from_key(&name_of(path)) {
+        (Compression::None, _) => sniffed(path).unwrap_or(Compression::None),
+        (named, _) => named,
+    };
     decoder(BufReader::new(file), compression).map_err(|e| e.to_string())
+}
+
+/// The compression a file's first bytes say (gzip's or zstd's magic number), for files whose
+/// names say none: Firehose writes CloudWatch Logs data gzipped under a name without `.gz`.
+fn sniffed(path: &Path) -> Option<Compression> {
+    let mut magic = [0u8; 4];
+    File::open(path).ok()?.read_exact(&mut magic).ok()?;
+    match magic {
+        [0x1f, 0x8b, ..] => Some(Compression::Gzip),
+        [0x28, 0xb5, 0x2f, 0xfd] => Some(Compression::Zstd),
+        _ => None,
+    }
 }
 
 fn name_of(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
+}
+
+/// The first `limit` bytes of `path` (decompressed), and whether there was more: cut
+/// anywhere, for JSON documents (one CloudTrail file is one line).
+fn raw_sample(path: &Path, limit: u64) -> Result<(Vec<u8>, bool), String> {
+    let mut data = Vec::new();
+    decompressed(path)?
+        .take(limit + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    let partial = data.len() as u64 > limit;
+    data.truncate(limit as usize);
+    Ok((data, partial))
+}
+
+/// Where the records of JSON documents are, as proposed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct JsonBlock {
+    /// The key of each value's array of records.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub records: Option<String>,
+    /// The value's members read into each record.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub envelope: Vec<String>,
+}
+
+/// The records array of a JSON value, if it holds one: an object with exactly one member
+/// that is an array of objects (nulls allowed) and every other member a scalar or an array of
+/// scalars (the envelope: CloudWatch Logs' `logGroup` beside its `logEvents`, a CloudTrail
+/// file's lone `Records`). The key and the scalar members.
+fn records_array(value: &tidemark::infer::Json) -> Option<JsonBlock> {
+    use tidemark::infer::Json;
+    let Json::Object(members) = value else {
+        return None;
+    };
+    let mut records = None;
+    let mut envelope = Vec::new();
+    for (key, v) in members {
+        match v {
+            Json::Array(items)
+                if !items.is_empty()
+                    && items
+                        .iter()
+                        .all(|i| matches!(i, Json::Object(_) | Json::Null))
+                    && items.iter().any(|i| matches!(i, Json::Object(_))) =>
+            {
+                if records.replace(key.clone()).is_some() {
+                    return None;
+                }
+            }
+            Json::Array(items)
+                if items
+                    .iter()
+                    .all(|i| !matches!(i, Json::Object(_) | Json::Array(_))) => {}
+            Json::Object(_) | Json::Array(_) => return None,
+            _ => envelope.push(key.clone()),
+        }
+    }
+    Some(JsonBlock {
+        records: Some(records?),
+        envelope,
+    })
+}
+
+/// The key of a value whose text starts `{"KEY":[`: the records array of a first value too
+/// large for the sample (a CloudTrail file), found from its first bytes.
+fn leading_array_key(sample: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(&sample[..sample.len().min(4096)]).ok()?;
+    let rest = text.trim_start().strip_prefix('{')?.trim_start();
+    let rest = rest.strip_prefix('"')?;
+    let end = rest.find('"')?;
+    let (key, after) = (&rest[..end], &rest[end + 1..]);
+    if key.contains('\\') {
+        return None;
+    }
+    let after = after.trim_start().strip_prefix(':')?.trim_start();
+    after.starts_with('[').then(|| key.to_string())
+}
+
+/// How the JSON files read: as JSON Lines (every line of every sample one object, and more
+/// than one value somewhere or none holding a records array) or as JSON documents, with the
+/// records array the first value proposes.
+fn json_layout(
+    files: &[PathBuf],
+    share: u64,
+    explicit: Option<Format>,
+) -> Result<(Format, JsonBlock), String> {
+    let mut lines_read = true;
+    let mut values = 0;
+    let mut first: Option<(Vec<u8>, bool)> = None;
+    for file in files {
+        let (data, partial) =
+            raw_sample(file, share).map_err(|e| format!("{}: {e}", file.display()))?;
+        let mut text = &data[..];
+        if partial {
+            text = &text[..text.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1)];
+        }
+        for line in text.split(|&b| b == b'\n') {
+            let line = std::str::from_utf8(line).unwrap_or("\u{0}");
+            if line.trim().is_empty() {
+                continue;
+            }
+            values += 1;
+            match tidemark::infer::Json::parse(line.trim_end_matches('\r')) {
+                Ok(tidemark::infer::Json::Object(_)) => {}
+                _ => lines_read = false,
+            }
+        }
+        if partial && text.is_empty() {
+            lines_read = false; // one line longer than the sample: not JSON Lines to sample
+        }
+        first.get_or_insert((data, partial));
+    }
+    let Some((sample, _)) = first else {
+        return Ok((Format::Jsonl, JsonBlock::default()));
+    };
+    let top_array = sample.trim_ascii_start().first() == Some(&b'[');
+    let block = if top_array {
+        None
+    } else {
+        let none = tidemark::convert::JsonDocuments::default();
+        match tidemark::convert::json_records(&sample[..], &none, usize::MAX).next() {
+            Some(Ok(text)) => std::str::from_utf8(&text)
+                .ok()
+                .and_then(|t| tidemark::infer::Json::parse(t).ok())
+                .and_then(|v| records_array(&v)),
+            _ => leading_array_key(&sample).map(|records| JsonBlock {
+                records: Some(records),
+                envelope: Vec::new(),
+            }),
+        }
+    };
+    let format = match explicit {
+        Some(f) => f,
+        None if lines_read && (values > files.len() || block.is_none()) => Format::Jsonl,
+        None => Format::Json,
+    };
+    Ok((
+        format,
+        if format == Format::Json {
+            block.unwrap_or_default()
+        } else {
+            JsonBlock::default()
+        },
+    ))
 }
 
 /// Up to `limit` decompressed bytes of `path`, and whether the file goes on past them.
@@ -302,6 +465,8 @@ fn looks_like_header(records: &[Vec<String>]) -> bool {
 /// The proposal from the sampled files.
 struct Proposal {
     format: Format,
+    compression: Option<&'static str>,
+    json: JsonBlock,
     delimiter: u8,
     header: bool,
     columns: Vec<SeenColumn>,
@@ -384,6 +549,8 @@ fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Propos
             }
             Ok(Proposal {
                 format,
+                compression: None,
+                json: JsonBlock::default(),
                 delimiter,
                 header,
                 columns: table.columns(),
@@ -435,6 +602,79 @@ fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Propos
             }
             Ok(Proposal {
                 format,
+                compression: None,
+                json: JsonBlock::default(),
+                delimiter: b',',
+                header: false,
+                columns: json_columns(&records),
+                records: records_read,
+                notes,
+            })
+        }
+        Format::Json => {
+            let (_, json) = json_layout(files, share, Some(Format::Json))?;
+            match &json.records {
+                Some(key) => notes.push(format!(
+                    "each value holds an array of objects, {key:?}: its elements are the records \
+                     (json.records){}",
+                    if json.envelope.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            ", and the value's {:?} are read into each (json.envelope)",
+                            json.envelope
+                        )
+                    }
+                )),
+                None => notes
+                    .push("each JSON value (each element of a top-level array) is a record".into()),
+            }
+            let options = tidemark::convert::JsonDocuments {
+                records: json.records.clone(),
+                envelope: json.envelope.clone(),
+            };
+            let mut records = JsonShape::default();
+            for file in files {
+                let (data, partial) =
+                    raw_sample(file, share).map_err(|e| format!("{}: {e}", file.display()))?;
+                let mut read = 0;
+                let mut cut =
+                    tidemark::convert::json_records(&data[..], &options, usize::MAX).peekable();
+                while let Some(item) = cut.next() {
+                    let text = match item {
+                        Ok(text) => text,
+                        // The sample ends inside a value: what came before it is the sample.
+                        Err(_) if partial && cut.peek().is_none() => break,
+                        Err(e) => return Err(format!("{}: {e}", file.display())),
+                    };
+                    let text = std::str::from_utf8(&text).map_err(|e| {
+                        format!("{}: not text: invalid UTF-8 ({e})", file.display())
+                    })?;
+                    let value = tidemark::infer::Json::parse(text).map_err(|e| {
+                        format!("{}: record {}: not JSON: {e}", file.display(), read + 1)
+                    })?;
+                    if !matches!(value, tidemark::infer::Json::Object(_)) {
+                        return Err(format!(
+                            "{}: record {}: not a JSON object",
+                            file.display(),
+                            read + 1
+                        ));
+                    }
+                    records.add(&value);
+                    read += 1;
+                }
+                records_read.push(read);
+            }
+            if records.objects() == 0 {
+                return Err(
+                    "no record in the sampled files: there is nothing to infer a schema from"
+                        .into(),
+                );
+            }
+            Ok(Proposal {
+                format,
+                compression: None,
+                json,
                 delimiter: b',',
                 header: false,
                 columns: json_columns(&records),
@@ -492,6 +732,8 @@ fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Propos
             }
             Ok(Proposal {
                 format,
+                compression: None,
+                json: JsonBlock::default(),
                 delimiter: b',',
                 header: false,
                 columns: merged,
@@ -513,9 +755,16 @@ pub struct SourceBlock {
     pub prefix: String,
     /// Input format.
     pub format: Format,
+    /// The compression, when the files' names do not say theirs (`gzip` files named without
+    /// `.gz`, as Firehose names them): `auto`, the default, reads the names.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<&'static str>,
     /// CSV options.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub csv: Option<CsvBlock>,
+    /// Where a JSON document's records are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub json: Option<JsonBlock>,
     /// The columns.
     pub schema: Vec<tidemark::schema::ColumnSpec>,
     /// Where the Parquet goes.
@@ -554,11 +803,13 @@ fn source_block(args: &InferArgs, p: &Proposal) -> SourceBlock {
         bucket: args.bucket.clone(),
         prefix: prefix.clone(),
         format: p.format,
+        compression: p.compression,
         csv: (p.format == Format::Csv).then(|| CsvBlock {
             delimiter: (p.delimiter != b',').then(|| (p.delimiter as char).to_string()),
             header: p.header,
             columns: p.header.then_some("name"),
         }),
+        json: (p.format == Format::Json && p.json != JsonBlock::default()).then(|| p.json.clone()),
         schema: p.columns.iter().map(|c| c.column.clone()).collect(),
         output: OutputBlock {
             bucket: args.lake.clone(),
@@ -680,7 +931,38 @@ pub fn infer(args: &InferArgs) -> Result<InferReport, Error> {
         }
     };
     let sampled = spread(found, args.sample_files);
+    // `.json` says JSON, not which: JSON Lines, or documents (a CloudTrail file's one
+    // `{"Records":[...]}`, Firehose's values back to back, an array). `.jsonl` and `.ndjson`
+    // say JSON Lines.
+    let json_named = sampled.iter().all(|f| {
+        let name = name_of(f);
+        let (_, stem) = Compression::from_key(&name);
+        stem.to_ascii_lowercase().ends_with(".json")
+    });
+    let format = if format == Format::Jsonl && args.format.is_none() && json_named {
+        let share = (args.sample_bytes / sampled.len().max(1) as u64).max(64 << 10);
+        json_layout(&sampled, share, None)?.0
+    } else {
+        format
+    };
     let mut proposal = propose(args, &sampled, format)?;
+    let unnamed: Vec<Option<Compression>> = sampled
+        .iter()
+        .filter(|f| Compression::from_key(&name_of(f)).0 == Compression::None)
+        .map(|f| sniffed(f))
+        .collect();
+    if unnamed.len() == sampled.len() && unnamed.iter().all(|c| c.is_some() && *c == unnamed[0]) {
+        proposal.compression = match unnamed[0] {
+            Some(Compression::Gzip) => Some("gzip"),
+            Some(Compression::Zstd) => Some("zstd"),
+            _ => None,
+        };
+        if let Some(c) = proposal.compression {
+            proposal.notes.push(format!(
+                "the files are {c} without a name saying so: compression {c:?}"
+            ));
+        }
+    }
     let mut notes = std::mem::take(&mut proposal.notes);
     // Convert every sampled file under the proposal; widen a column that fails.
     let mut converted = vec![None; sampled.len()];

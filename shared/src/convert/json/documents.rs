@@ -693,3 +693,47 @@ impl Scan {
         Ok((chunk.len(), false))
     }
 }
+
+/// The records of JSON documents, each its text (with the envelope's members put in it), as
+/// the converter cuts them: see [`crate::convert::json_records`].
+pub struct JsonRecords<R> {
+    documents: Documents<R>,
+    done: bool,
+}
+
+impl<R: BufRead> Iterator for JsonRecords<R> {
+    type Item = Result<Vec<u8>, ConvertError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let mut buf = Vec::new();
+        let next = match self.documents.next(&mut buf) {
+            Ok(Next::Record(_)) => {
+                buf.pop(); // its newline
+                Some(Ok(buf))
+            }
+            Ok(Next::Bad(e)) => Some(Err(e)),
+            Ok(Next::End) => None,
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        };
+        self.done |= next.is_none();
+        next
+    }
+}
+
+/// The records of the JSON documents of `input`: see [`crate::convert::json_records`].
+pub(in crate::convert) fn records<R: BufRead>(
+    input: R,
+    options: &JsonDocuments,
+    max_record_bytes: usize,
+) -> JsonRecords<R> {
+    JsonRecords {
+        documents: Documents::new(input, options, max_record_bytes),
+        done: false,
+    }
+}

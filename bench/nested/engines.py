@@ -1,12 +1,19 @@
 """One conversion of nested JSON Lines by one peer engine, as a user would write it: the whole
 process is what bench/nested/harness.py times (interpreter start, imports, read, write).
 
-    python engines.py ENGINE COMPRESSION IN OUT SCHEMA_JSON
+    python engines.py ENGINE COMPRESSION IN OUT SCHEMA_JSON [LAYOUT [RECORDS_KEY]]
 
 ENGINE is pyarrow or duckdb; COMPRESSION none or gzip; SCHEMA_JSON the source's columns as
 the sources document spells them (struct<…>, array<…>, map<string,…>, json, scalars, and
 columns read by `path`). Both engines get the schema as their explicit schema, write Parquet
 with zstd level 3 and run on one thread:
+
+LAYOUT (DuckDB's read_json format) is newline_delimited (default), array (one top-level array
+of records) or unstructured (values back to back); pyarrow reads newline_delimited only.
+With RECORDS_KEY the input is JSON documents, one per line, each holding its records in the
+array under that key (CloudTrail's `{"Records":[...]}`): DuckDB reads the key as a list of
+STRUCT and unnests it (`WITH recs AS (SELECT unnest(KEY) AS r FROM read_json(...)) SELECT
+r."a", ...`); pyarrow reads it as a list of structs and flattens it into a table.
 
 - duckdb: `read_json(..., format='newline_delimited', columns={...})` with STRUCT, LIST, MAP
   and JSON types, the path columns as struct fields and list elements of the columns read
@@ -158,25 +165,33 @@ def literal(text):
     return "'" + text.replace("'", "''") + "'"
 
 
-def run_duckdb(compression, src, out, columns):
+def run_duckdb(compression, src, out, columns, records=None, layout="newline_delimited"):
     import duckdb
 
     read = [c for c in columns if not c.get("path")]
-    cols = "{" + ", ".join(f"{literal(c['name'])}: {literal(sql_type(parse_type(c['type'])))}" for c in read) + "}"
+    fields = ", ".join(f"{literal(c['name'])}: {literal(sql_type(parse_type(c['type'])))}" for c in read)
+    if records:
+        struct = "STRUCT(" + ", ".join(f"{ident(c['name'])} {sql_type(parse_type(c['type']))}" for c in read) + ")"
+        cols = "{" + f"{literal(records)}: {literal(struct + '[]')}" + "}"
+    else:
+        cols = "{" + fields + "}"
+    prefix = "r." if records else ""
     select = []
     for c in columns:
         if not c.get("path"):
-            select.append(ident(c["name"]))
+            select.append(f"{prefix}{ident(c['name'])} AS {ident(c['name'])}")
             continue
         steps = parse_path(c["path"])
-        expr = ident(steps[0][1])
+        expr = prefix + ident(steps[0][1])
         for kind, v in steps[1:]:
             expr += f"[{v + 1}]" if kind == "index" else f".{ident(v)}"
         select.append(f"{expr} AS {ident(c['name'])}")
     con = duckdb.connect()
     con.execute("SET threads=1")
     comp = "gzip" if compression == "gzip" else "none"
-    scan = f"read_json({literal(src)}, format='newline_delimited', columns={cols}, compression='{comp}')"
+    scan = f"read_json({literal(src)}, format='{layout}', columns={cols}, compression='{comp}')"
+    if records:
+        scan = f"(SELECT unnest({ident(records)}) AS r FROM {scan})"
     con.execute(f"COPY (SELECT {', '.join(select)} FROM {scan}) TO {literal(out)} "
                 f"(FORMAT parquet, COMPRESSION zstd, COMPRESSION_LEVEL {ZSTD_LEVEL})")
     con.close()
@@ -244,7 +259,7 @@ def skipped_by_pyarrow(columns):
     return out
 
 
-def run_pyarrow(compression, src, out, columns):
+def run_pyarrow(compression, src, out, columns, records=None):
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.json as pjson
@@ -255,9 +270,14 @@ def run_pyarrow(compression, src, out, columns):
     skipped = set(skipped_by_pyarrow(columns))
     read = [c for c in columns if not c.get("path") and c["name"] not in skipped]
     schema = pa.schema([pa.field(c["name"], arrow_type(parse_type(c["type"]), read=True)) for c in read])
+    if records:
+        schema = pa.schema([pa.field(records, pa.list_(pa.struct(list(schema))))])
     source = pa.input_stream(src, compression="gzip" if compression == "gzip" else None)
     table = pjson.read_json(source, read_options=pjson.ReadOptions(use_threads=False),
                             parse_options=pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
+    if records:
+        flat = pc.list_flatten(table.column(records).combine_chunks())
+        table = pa.Table.from_struct_array(flat)
     for c in read:
         t = parse_type(c["type"])
         if has_date(t):
@@ -286,15 +306,19 @@ def run_pyarrow(compression, src, out, columns):
 
 
 def main(argv):
-    if len(argv) != 6:
+    if len(argv) not in (6, 7, 8):
         sys.exit(__doc__)
-    _, engine, compression, src, out, schema_path = argv
+    _, engine, compression, src, out, schema_path = argv[:6]
+    layout = argv[6] if len(argv) > 6 else "newline_delimited"
+    records = argv[7] if len(argv) > 7 else None
     with open(schema_path) as f:
         columns = json.load(f)
     if engine == "pyarrow":
-        run_pyarrow(compression, src, out, columns)
+        if layout != "newline_delimited":
+            sys.exit(f"pyarrow's JSON reader reads newline-delimited values, not {layout}")
+        run_pyarrow(compression, src, out, columns, records)
     elif engine == "duckdb":
-        run_duckdb(compression, src, out, columns)
+        run_duckdb(compression, src, out, columns, records, layout)
     else:
         sys.exit(f"unknown engine {engine!r}")
 

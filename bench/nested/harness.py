@@ -9,7 +9,8 @@ DIR holds STEM.jsonl, STEM.jsonl.gz and STEM.schema.json (the source's columns: 
 array, map, json and path columns): cloudtrail (tests/fixtures/nested/generate.py) or
 telemetry (bench/nested/telemetry.py). Environment: BENCH_RUNS (measured runs per engine and case,
 default 3), BENCH_ENGINES (comma list of tidemark,pyarrow,duckdb), BENCH_CASES (jsonl,jsonl.gz),
-BENCH_RSS (time|wait4).
+BENCH_RSS (time|wait4). The cases json and json.gz (not run unless asked) read STEM.json and
+STEM.json.gz: the same records as JSON documents, `{"Records":[...]}` of 1,000 per line.
 
 The method is bench/harness.py's (its Runner and helpers are used as they are): one
 unmeasured warm-up per engine and case, whose output is verified; then BENCH_RUNS rounds,
@@ -56,7 +57,18 @@ nested_engines = load("nested_engines", os.path.join(HERE, "engines.py"))
 MB, Runner, aligned, fmt_s, log = base.MB, base.Runner, base.aligned, base.fmt_s, base.log
 loadavg, machine, refaults, source_state, warm = base.loadavg, base.machine, base.refaults, base.source_state, base.warm
 
-CASES = {"jsonl": ("none", ".jsonl"), "jsonl.gz": ("gzip", ".jsonl.gz")}
+# case: (compression, file suffix, layout, the records key of JSON documents). The same records
+# in each: JSON Lines; JSON documents `{"Records":[...]}` of 1,000 records, one per line (a
+# CloudTrail log file's shape, many files' worth in one); one top-level array of them all
+# (`array`); all of them back to back with no delimiter (`concat`, Firehose's delivery). tidemark
+# reads all but JSON Lines as `"format": "json"`; DuckDB's read_json as format='newline_delimited'
+# (the Records list unnested), 'array' and 'unstructured'; pyarrow reads JSON Lines and the
+# documents, not the array nor the concatenation.
+CASES = {"jsonl": ("none", ".jsonl", "jsonl", None), "jsonl.gz": ("gzip", ".jsonl.gz", "jsonl", None),
+         "json": ("none", ".json", "newline_delimited", "Records"),
+         "json.gz": ("gzip", ".json.gz", "newline_delimited", "Records"),
+         "array": ("none", ".array.json", "array", None), "concat": ("none", ".concat.json", "unstructured", None)}
+PYARROW_LAYOUTS = ("jsonl", "newline_delimited")
 ENGINES = ["tidemark", "pyarrow", "duckdb"]
 FLOORS = ["floor: bench read", "floor: cat/zcat"]
 
@@ -161,7 +173,7 @@ def main():
 
     runs = int(os.environ.get("BENCH_RUNS", "3"))
     engines = [e for e in os.environ.get("BENCH_ENGINES", ",".join(ENGINES)).split(",") if e]
-    cases = [c for c in os.environ.get("BENCH_CASES", ",".join(CASES)).split(",") if c]
+    cases = [c for c in os.environ.get("BENCH_CASES", "jsonl,jsonl.gz").split(",") if c]
     rss_mode = os.environ.get("BENCH_RSS") or ("time" if os.access("/usr/bin/time", os.X_OK) else "wait4")
     os.makedirs(args.work, exist_ok=True)
     os.makedirs(args.results, exist_ok=True)
@@ -180,20 +192,24 @@ def main():
             versions[engine] = __import__(engine).__version__
 
     def command(engine, case):
-        comp, _ = CASES[case]
+        comp, _, layout, records = CASES[case]
         src = source(case)
         out = os.path.join(args.work, f"nested-{engine}-{case}.parquet")
         if engine == "tidemark":
-            return [args.bin, "convert", "--format", "jsonl", "--compression", comp, "--schema", schema_path,
+            format = ["--format", "jsonl"] if layout == "jsonl" else ["--format", "json"]
+            format += ["--records", records] if records else []
+            return [args.bin, "convert", *format, "--compression", comp, "--schema", schema_path,
                     "--threads", "1", src, out], out
         if engine == "floor: bench read":
             return [args.bin, "read", "--compression", comp, src], None
         if engine == "floor: cat/zcat":
             return (["gzip", "-dc", src] if comp == "gzip" else ["cat", src]), None
-        return [python, engines_py, engine, comp, src, out, schema_path], out
+        extra = [] if layout == "jsonl" else [layout] + ([records] if records else [])
+        return [python, engines_py, engine, comp, src, out, schema_path] + extra, out
 
     floors = [f for f in FLOORS if f != "floor: bench read" or os.access(args.bin, os.X_OK)]
-    jobs = [(case, engine) for case in cases for engine in engines + floors]
+    jobs = [(case, engine) for case in cases for engine in engines + floors
+            if engine != "pyarrow" or CASES[case][2] in PYARROW_LAYOUTS]
     started = dt.datetime.now(dt.timezone.utc)
     load_start = loadavg()
     log(f"bench: {len(jobs)} engine×case jobs, 1 warm-up + {runs} runs each, RSS via {rss_mode}, load {load_start}")

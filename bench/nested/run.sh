@@ -15,7 +15,10 @@
 #   BENCH_ROWS=1000000   records
 #   BENCH_RUNS=3         measured runs per engine and case (after one warm-up); medians
 #   BENCH_ENGINES=...    comma list of tidemark,pyarrow,duckdb
-#   BENCH_CASES=...      comma list of jsonl,jsonl.gz
+#   BENCH_CASES=...      comma list of jsonl,jsonl.gz (default), and JSON documents of the same
+#                        records read as "format": "json": json,json.gz ({"Records":[...]} of
+#                        1,000 records per line; DuckDB and pyarrow unnest the list), array (one
+#                        top-level array), concat (records back to back, no delimiter)
 #   BENCH_RSS=time|wait4 how peak RSS is taken (default: /usr/bin/time when present)
 #   BENCH_BIN=PATH       a tidemark-bench binary to use instead of building bench/ (release)
 #   BENCH_RESULTS=DIR    where nested-<UTC time>.md and .json go (default .local/bench-results)
@@ -83,6 +86,41 @@ if [ ! -f "$data/$dataset.schema.json" ]; then
     fi
     mv "$data.tmp" "$data"
 fi
+
+# The JSON-document cases: the same records, 1,000 per {"Records":[...]} document, one per line.
+case ",${BENCH_CASES:-}," in
+    *,json,* | *,json.gz,* | *,array,* | *,concat,*)
+        if [ ! -f "$data/$dataset.concat.json" ]; then
+            say "writing $dataset.json, .json.gz, .array.json and .concat.json"
+            "$venv/bin/python" - "$data/$dataset.jsonl" "$data/$dataset" <<'PY'
+import gzip, sys
+src, stem = sys.argv[1], sys.argv[2]
+with open(src, encoding="utf-8") as f, open(stem + ".json.tmp", "w", encoding="utf-8") as docs, \
+        gzip.open(stem + ".json.gz.tmp", "wt", encoding="utf-8", compresslevel=6) as gz, \
+        open(stem + ".array.json.tmp", "w", encoding="utf-8") as array, \
+        open(stem + ".concat.json.tmp", "w", encoding="utf-8") as concat:
+    batch = []
+    def flush():
+        if batch:
+            doc = '{"Records":[' + ",".join(batch) + "]}\n"
+            docs.write(doc)
+            gz.write(doc)
+            batch.clear()
+    array.write("[")
+    for n, line in enumerate(f):
+        record = line.rstrip("\n")
+        batch.append(record)
+        if len(batch) == 1000:
+            flush()
+        array.write(("," if n else "") + record)
+        concat.write(record)
+    flush()
+    array.write("]\n")
+PY
+            for s in json json.gz array.json concat.json; do mv "$data/$dataset.$s.tmp" "$data/$dataset.$s"; done
+        fi
+        ;;
+esac
 
 say "load before the run: $(uptime)"
 # Every engine on one CPU (its children inherit the harness's affinity), as bench/partition.

@@ -6,7 +6,7 @@
 //!     or wide (wide.csv, wide.jsonl; see wide.rs), their .gz versions, schema.json and
 //!     expected.json (row count and exact sums, for checking every engine's Parquet
 //!     output).
-//! tidemark-bench convert --format csv|jsonl|parquet|avro|orc --compression none|gzip [--schema FILE] [--bad-rows fail|reject] [--threads N] IN OUT
+//! tidemark-bench convert --format csv|jsonl|json|parquet|avro|orc --compression none|gzip [--schema FILE] [--records KEY] [--bad-rows fail|reject] [--threads N] IN OUT
 //!     tidemark's converter (`tidemark::convert::convert`) on IN with the schema of FILE
 //!     (a JSON list of columns as in bench/schema.json or a source's `schema`, nested types
 //!     and `path`, `format`, `timezone` included; default: the orders schema),
@@ -81,7 +81,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "usage: tidemark-bench gen [--dataset orders|wide] --rows N --out DIR
-       tidemark-bench convert --format csv|jsonl --compression none|gzip [--schema FILE] [--bad-rows fail|reject] [--threads N] IN OUT|-
+       tidemark-bench convert --format csv|jsonl|json --compression none|gzip [--schema FILE] [--records KEY] [--bad-rows fail|reject] [--threads N] IN OUT|-
        tidemark-bench partition --format csv|jsonl --compression none|gzip [--schema FILE] [--threads N] --by COL[:TRANSFORM][=NAME] IN OUTDIR
        tidemark-bench ingest --source FILE [--concurrency N] IN...
        tidemark-bench spoil --every N IN OUT
@@ -120,6 +120,7 @@ fn run(args: &[String]) -> Result<()> {
                     "--schema",
                     "--bad-rows",
                     "--threads",
+                    "--records",
                 ],
             )?;
             let [input, output] = positional.as_slice() else {
@@ -140,6 +141,7 @@ fn run(args: &[String]) -> Result<()> {
             let format = match required(&opts, "--format")? {
                 "csv" => InputFormat::Csv(CsvOptions::default()),
                 "jsonl" => InputFormat::JsonLines,
+                "json" => InputFormat::Json,
                 "parquet" => InputFormat::Parquet,
                 "avro" => InputFormat::Avro,
                 "orc" => InputFormat::Orc,
@@ -148,8 +150,10 @@ fn run(args: &[String]) -> Result<()> {
             let compression = compression(required(&opts, "--compression")?)?;
             // One thread unless asked: the one-core comparison is the default.
             let threads = option(&opts, "--threads").map_or(Ok(1), str::parse::<usize>)?;
+            // JSON documents: the key of each value's array of records.
+            let records = option(&opts, "--records").map(str::to_owned);
             convert_file(
-                format,
+                (format, records),
                 compression,
                 bad_rows,
                 threads,
@@ -289,7 +293,7 @@ fn columns(json: &str) -> Result<Vec<ColumnSpec>> {
 /// default batch and row-group sizes, zstd level 3, the 64 GiB decoded-size cap; the
 /// sums of every numeric column.
 fn convert_file(
-    format: InputFormat,
+    (format, records): (InputFormat, Option<String>),
     compression: Compression,
     bad_rows: BadRows,
     threads: usize,
@@ -298,6 +302,7 @@ fn convert_file(
     output: &Path,
 ) -> Result<()> {
     let mut spec = base_spec(format, compression, columns);
+    spec.json.records = records;
     spec.bad_rows = bad_rows;
     spec.threads = threads;
     spec.zstd_level = match std::env::var("BENCH_ZSTD_LEVEL") {

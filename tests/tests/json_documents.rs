@@ -273,3 +273,44 @@ tidemark_tests::on_both!(
     documents_land_as_python_reads_them,
     a_value_without_records_quarantines_its_file_only
 );
+
+/// The source blocks of the guide (`docs/pages/guides/aws-logs.md`) read the fixtures they
+/// describe: each block is a valid source, and converts every fixture file of its kind into as
+/// many rows as Python's `json` reads records from it.
+#[test]
+fn the_guides_sources_read_the_fixtures() {
+    let guide = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/pages/guides/aws-logs.md"),
+    )
+    .unwrap();
+    let blocks: Vec<Value> = guide
+        .split("```json\n")
+        .skip(1)
+        .map(|b| serde_json::from_str(&b[..b.find("```").unwrap()]).unwrap())
+        .collect();
+    let mut read = Vec::new();
+    for block in &blocks {
+        let id = block["source_id"].as_str().unwrap();
+        let config = Config::from_json(&json!({ "sources": [block] }).to_string())
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
+        let source = config.source(id).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for (key, path) in files(id) {
+            let fixture = serde_json::from_str::<Value>(
+                &std::fs::read_to_string(fixtures().join(format!("aws/{id}.source.json"))).unwrap(),
+            )
+            .unwrap();
+            let (_, count) = python_records(&fixture, &path, dir.path());
+            let spec = source.convert_spec(&key);
+            let stats = tidemark::convert::convert(
+                std::fs::File::open(&path).unwrap(),
+                &spec,
+                std::io::sink(),
+            )
+            .unwrap_or_else(|e| panic!("{id}: {key}: {e}"));
+            assert_eq!(stats.rows, count, "{id}: {key}");
+        }
+        read.push(id.to_string());
+    }
+    assert_eq!(read, ["cloudtrail", "cloudwatch"]);
+}

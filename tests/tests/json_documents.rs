@@ -269,9 +269,56 @@ async fn a_value_without_records_quarantines_its_file_only(b: Backends) {
     );
 }
 
+/// CloudTrail files partitioned by the day of each record's `eventTime`, as the guide's
+/// source does: every file's records land in `dt=` folders by their own day, as many rows per
+/// day as Python's reading of the files holds.
+async fn cloudtrail_files_partition_by_event_day(b: Backends) {
+    let mut source = source(&b, "cloudtrail");
+    source["output"]["partitioning"] =
+        json!({"columns": [{"from": "eventTime", "as": "dt", "transform": "day"}]});
+    let config = Arc::new(Config::from_json(&json!({ "sources": [source] }).to_string()).unwrap());
+    let ev = Events::new(&b, &config);
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected: std::collections::BTreeMap<String, u64> = Default::default();
+    for (n, (key, path)) in files("cloudtrail").into_iter().enumerate() {
+        b.upload(&key, std::fs::read(&path).unwrap()).await;
+        ev.send(
+            b.created_record(&key, &format!("{:018X}", 0x30_0000 + n))
+                .await,
+        )
+        .await;
+        let (records, _) = python_records(&source, &path, dir.path());
+        for line in std::fs::read_to_string(records).unwrap().lines() {
+            let record: Value = serde_json::from_str(line).unwrap();
+            let day = record["eventTime"].as_str().unwrap()[..10].to_string();
+            *expected.entry(day).or_default() += 1;
+        }
+    }
+    let mut got: std::collections::BTreeMap<String, u64> = Default::default();
+    for (key, body) in b.lake_objects("cloudtrail/").await {
+        let day = key
+            .strip_prefix("cloudtrail/dt=")
+            .and_then(|k| k.split('/').next())
+            .unwrap_or_else(|| panic!("{}: {key} is not under dt=", b.name))
+            .to_string();
+        let rows = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(body)
+            .unwrap()
+            .metadata()
+            .file_metadata()
+            .num_rows() as u64;
+        *got.entry(day).or_default() += rows;
+    }
+    assert!(
+        expected.len() > 1,
+        "the fixtures span several days: {expected:?}"
+    );
+    assert_eq!(got, expected, "{}", b.name);
+}
+
 tidemark_tests::on_both!(
     documents_land_as_python_reads_them,
-    a_value_without_records_quarantines_its_file_only
+    a_value_without_records_quarantines_its_file_only,
+    cloudtrail_files_partition_by_event_day
 );
 
 /// The source blocks of the guide (`docs/pages/guides/aws-logs.md`) read the fixtures they

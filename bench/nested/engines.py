@@ -273,7 +273,10 @@ def run_pyarrow(compression, src, out, columns, records=None):
     if records:
         schema = pa.schema([pa.field(records, pa.list_(pa.struct(list(schema))))])
     source = pa.input_stream(src, compression="gzip" if compression == "gzip" else None)
-    table = pjson.read_json(source, read_options=pjson.ReadOptions(use_threads=False),
+    # A document of records is one JSON value: the block must hold it whole (1 MiB by default).
+    block = (64 << 20) if records else None
+    read_options = pjson.ReadOptions(use_threads=False, **({"block_size": block} if block else {}))
+    table = pjson.read_json(source, read_options=read_options,
                             parse_options=pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
     if records:
         flat = pc.list_flatten(table.column(records).combine_chunks())

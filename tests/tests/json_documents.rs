@@ -20,8 +20,6 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tidemark::config::Config;
 use tidemark::model::Status;
-use tidemark::ports::Clock;
-use tidemark::reconcile::{self, Options, Window};
 use tidemark_tests::{Backends, Events};
 
 const DATASETS: [&str; 4] = ["cloudtrail", "firehose", "cloudwatch", "export"];
@@ -188,23 +186,9 @@ async fn documents_land_as_python_reads_them(b: Backends) {
     }
 
     // Reconcile's deep tier recounts every source object: clean, the same rows everywhere.
-    let window = Window {
-        from_ms: 0,
-        to_ms: b.clock.now_ms() + 86_400_000,
-    };
-    let options = Options {
-        repair: false,
-        deep_sample: Some(1.0),
-        ..Options::default()
-    };
-    let p = b.pipeline_with(config.clone());
     let mut checked = 0;
     for name in DATASETS {
-        let source = config.source(name).unwrap();
-        let report =
-            reconcile::reconcile_source(&p, source, window, options.clone(), &b.ctx("rec"))
-                .await
-                .expect("reconcile");
+        let report = b.reconcile_all(&config, name).await;
         assert!(report.clean(), "{}: {name}: {report:#?}", b.name);
         checked += report.deep_checked.len();
         let t = &report.totals;

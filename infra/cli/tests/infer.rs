@@ -458,11 +458,16 @@ fn json_documents_propose_their_records_array_and_envelope() {
             "envelope": ["messageType", "owner", "logGroup", "logStream"]})
     );
     assert_eq!(
-        schema(&cw)
-            .into_iter()
-            .map(|c| c.0)
-            .collect::<Vec<_>>(),
-        ["messageType", "owner", "logGroup", "logStream", "id", "timestamp", "message"]
+        schema(&cw).into_iter().map(|c| c.0).collect::<Vec<_>>(),
+        [
+            "messageType",
+            "owner",
+            "logGroup",
+            "logStream",
+            "id",
+            "timestamp",
+            "message"
+        ]
     );
 
     for (dir, extra) in [("firehose", &["--format", "json"][..]), ("export", &[][..])] {

@@ -254,6 +254,17 @@ fn raw_sample(path: &Path, limit: u64) -> Result<(Vec<u8>, bool), String> {
     Ok((data, partial))
 }
 
+/// One JSON record's `text` parsed and added to `records`; `at` names it in errors (`FILE:
+/// line 3`), `hint` follows "not a JSON object".
+fn add_record(records: &mut JsonShape, text: &str, at: &str, hint: &str) -> Result<(), String> {
+    let value = tidemark::infer::Json::parse(text).map_err(|e| format!("{at}: not JSON: {e}"))?;
+    if !matches!(value, tidemark::infer::Json::Object(_)) {
+        return Err(format!("{at}: not a JSON object{hint}"));
+    }
+    records.add(&value);
+    Ok(())
+}
+
 /// Where the records of JSON documents are, as proposed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct JsonBlock {
@@ -580,17 +591,9 @@ fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Propos
                     if line.trim().is_empty() {
                         continue;
                     }
-                    let value = tidemark::infer::Json::parse(line).map_err(|e| {
-                        format!("{}: line {}: not JSON: {e}", file.display(), i + 1)
-                    })?;
-                    if !matches!(value, tidemark::infer::Json::Object(_)) {
-                        return Err(format!(
-                            "{}: line {}: not a JSON object (JSON Lines holds one object per line)",
-                            file.display(),
-                            i + 1
-                        ));
-                    }
-                    records.add(&value);
+                    let at = format!("{}: line {}", file.display(), i + 1);
+                    let hint = " (JSON Lines holds one object per line)";
+                    add_record(&mut records, line, &at, hint)?;
                     read += 1;
                 }
                 records_read.push(read);
@@ -650,17 +653,8 @@ fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Propos
                     let text = std::str::from_utf8(&text).map_err(|e| {
                         format!("{}: not text: invalid UTF-8 ({e})", file.display())
                     })?;
-                    let value = tidemark::infer::Json::parse(text).map_err(|e| {
-                        format!("{}: record {}: not JSON: {e}", file.display(), read + 1)
-                    })?;
-                    if !matches!(value, tidemark::infer::Json::Object(_)) {
-                        return Err(format!(
-                            "{}: record {}: not a JSON object",
-                            file.display(),
-                            read + 1
-                        ));
-                    }
-                    records.add(&value);
+                    let at = format!("{}: record {}", file.display(), read + 1);
+                    add_record(&mut records, text, &at, "")?;
                     read += 1;
                 }
                 records_read.push(read);

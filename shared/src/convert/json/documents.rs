@@ -331,36 +331,9 @@ impl<R: BufRead> Documents<R> {
         self.value_text.push(b'{');
         let mut first = true;
         loop {
-            self.input.skip_ws()?;
-            match self.input.peek()? {
-                Some(b'}') => {
-                    self.input.bump();
-                    self.value_text.push(b'}');
-                    return self.finish_value(buf);
-                }
-                Some(b',') if !first => {
-                    self.input.bump();
-                    self.value_text.push(b',');
-                    self.input.skip_ws()?;
-                }
-                Some(_) if first => {}
-                Some(_) => {
-                    return Err(self.structure("',' or '}' between the members of an object"));
-                }
-                None => return Err(self.structure("the end of an object ('}')")),
-            }
-            first = false;
-            if self.input.peek()? != Some(b'"') {
-                return Err(self.structure("a key (a string)"));
-            }
-            let mut key = Vec::new();
-            self.input.value(Some(&mut key), self.max_record_bytes)?;
-            self.input.skip_ws()?;
-            if self.input.peek()? != Some(b':') {
-                return Err(self.structure("':' after a key"));
-            }
-            self.input.bump();
-            self.input.skip_ws()?;
+            let Some(key) = self.next_member(std::mem::take(&mut first), true)? else {
+                return self.finish_value(buf);
+            };
             let name = key_text(&key);
             if name.as_deref() == Some(records) && self.input.peek()? == Some(b'[') {
                 if self.records_read {
@@ -406,35 +379,10 @@ impl<R: BufRead> Documents<R> {
                 self.value_error(&format!("holds no {records:?} array of records")),
             )));
         }
-        let mut first = false;
         loop {
-            self.input.skip_ws()?;
-            match self.input.peek()? {
-                Some(b'}') => {
-                    self.input.bump();
-                    return Ok(None);
-                }
-                Some(b',') if !first => {
-                    self.input.bump();
-                    self.input.skip_ws()?;
-                }
-                Some(_) => {
-                    return Err(self.structure("',' or '}' between the members of an object"));
-                }
-                None => return Err(self.structure("the end of an object ('}')")),
-            }
-            first = false;
-            if self.input.peek()? != Some(b'"') {
-                return Err(self.structure("a key (a string)"));
-            }
-            let mut key = Vec::new();
-            self.input.value(Some(&mut key), self.max_record_bytes)?;
-            self.input.skip_ws()?;
-            if self.input.peek()? != Some(b':') {
-                return Err(self.structure("':' after a key"));
-            }
-            self.input.bump();
-            self.input.skip_ws()?;
+            let Some(key) = self.next_member(false, false)? else {
+                return Ok(None);
+            };
             let name = key_text(&key);
             if let Some(name) = name.as_deref() {
                 if self.records.as_deref() == Some(name) {
@@ -448,6 +396,44 @@ impl<R: BufRead> Documents<R> {
             }
             self.input.value(None, usize::MAX)?;
         }
+    }
+
+    /// In an object, past the `,` (unless `first`) and the key and `:` of its next member, at
+    /// its value: the key as written (quoted); `None` past the object's closing `}`. With
+    /// `keep`, the `{`-side punctuation read goes to `value_text` (the rejects' text).
+    fn next_member(&mut self, first: bool, keep: bool) -> Result<Option<Vec<u8>>, ConvertError> {
+        self.input.skip_ws()?;
+        match self.input.peek()? {
+            Some(b'}') => {
+                self.input.bump();
+                if keep {
+                    self.value_text.push(b'}');
+                }
+                return Ok(None);
+            }
+            Some(b',') if !first => {
+                self.input.bump();
+                if keep {
+                    self.value_text.push(b',');
+                }
+                self.input.skip_ws()?;
+            }
+            Some(_) if first => {}
+            Some(_) => return Err(self.structure("',' or '}' between the members of an object")),
+            None => return Err(self.structure("the end of an object ('}')")),
+        }
+        if self.input.peek()? != Some(b'"') {
+            return Err(self.structure("a key (a string)"));
+        }
+        let mut key = Vec::new();
+        self.input.value(Some(&mut key), self.max_record_bytes)?;
+        self.input.skip_ws()?;
+        if self.input.peek()? != Some(b':') {
+            return Err(self.structure("':' after a key"));
+        }
+        self.input.bump();
+        self.input.skip_ws()?;
+        Ok(Some(key))
     }
 
     /// Reads the value of the envelope member `i` (its key `key`) into `envelope_text`.

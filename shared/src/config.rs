@@ -166,6 +166,9 @@ pub enum FormatDoc {
     Csv,
     /// One JSON object per line.
     Jsonl,
+    /// Line logs: each line matched whole against `regex.pattern`, whose named groups are
+    /// the fields (load balancer, CloudFront and S3 access logs, as Athena's RegexSerDe).
+    Regex,
     /// JSON documents: one value, a top-level array, or values back to back with or without
     /// whitespace (Firehose's `{…}{…}`, pretty-printed objects); `json.records` names the
     /// array of records inside each value (`{"Records":[…]}`).
@@ -227,6 +230,29 @@ pub struct CsvDoc {
     /// European exports write them; the digits may not then be grouped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decimal_point: Option<char>,
+}
+
+/// The pattern of a line-log source (`format: "regex"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "config-schema", derive(schemars::JsonSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RegexDoc {
+    /// A regular expression (Rust's `regex` syntax) that matches a whole line; its named
+    /// groups, `(?P<name>…)`, are the line's fields, read by the columns of those names (or
+    /// by `path`: a column `client` with `"path": "client_ip"`). A line that does not match is
+    /// a bad row (`on_bad_row`).
+    pub pattern: String,
+    /// Field texts that stand for NULL (default `["-"]`, as AWS's logs write an absent field).
+    #[serde(default = "default_line_nulls")]
+    pub null_values: Vec<String>,
+    /// Lines starting with this are skipped (CloudFront's `#Version:` and `#Fields:`): e.g.
+    /// `"#"`. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+}
+
+fn default_line_nulls() -> Vec<String> {
+    vec!["-".into()]
 }
 
 /// JSON options of a source (`jsonl` and `json`).
@@ -804,6 +830,9 @@ pub struct SourceDoc {
     /// CSV options (only for `csv`).
     #[serde(default)]
     pub csv: Option<CsvDoc>,
+    /// The pattern of a line log (required for `regex`, and only for it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regex: Option<RegexDoc>,
     /// Compression.
     #[serde(default)]
     pub compression: CompressionDoc,
@@ -959,6 +988,8 @@ pub struct Source {
     pub fingerprint: String,
     include: Option<GlobSet>,
     exclude: Option<GlobSet>,
+    /// The compiled `regex.pattern`.
+    lines: Option<crate::convert::LinePattern>,
 }
 
 /// The validated configuration.
@@ -1126,6 +1157,17 @@ impl Source {
             }
             if let Err((field, message)) = c.check() {
                 return Err(invalid(format!("{at}.schema[{i}].{field}"), message));
+            }
+            if doc.format == FormatDoc::Regex
+                && !matches!(c.ty, FieldType::Scalar(_) | FieldType::Json)
+            {
+                return Err(invalid(
+                    format!("{at}.schema[{i}].type"),
+                    format!(
+                        "{} in a regex source: a line's fields are text, read as scalars",
+                        c.ty
+                    ),
+                ));
             }
             if doc.format == FormatDoc::Csv {
                 if !matches!(c.ty, FieldType::Scalar(_)) {
@@ -1375,7 +1417,7 @@ impl Source {
             if doc.format.is_typed() {
                 return Err(invalid(
                     format!("{at}.on_bad_row"),
-                    "\"reject\" is for csv, jsonl and json: a Parquet, Avro or ORC input's values are typed, and its errors fail the object",
+                    "\"reject\" is for csv, jsonl, json and regex: a Parquet, Avro or ORC input's values are typed, and its errors fail the object",
                 ));
             }
             if doc.bookmark.is_some() {
@@ -1390,6 +1432,50 @@ impl Source {
                 "only with on_bad_row \"reject\"",
             ));
         }
+        let lines = match (&doc.regex, doc.format) {
+            (Some(r), FormatDoc::Regex) => {
+                let pattern = crate::convert::LinePattern::new(
+                    &r.pattern,
+                    r.null_values.clone(),
+                    r.comment.clone().filter(|c| !c.is_empty()),
+                )
+                .map_err(|e| invalid(format!("{at}.regex.pattern"), e))?;
+                let groups: std::collections::BTreeSet<&str> =
+                    pattern.regex.capture_names().flatten().collect();
+                for (i, c) in doc.schema.iter().enumerate() {
+                    // A line's fields are flat: a path renames one, it steps into nothing.
+                    let field = match &c.path {
+                        Some(path) if path.steps().len() > 1 => {
+                            return Err(invalid(
+                                format!("{at}.schema[{i}].path"),
+                                "a line's fields are flat: a path names one group",
+                            ));
+                        }
+                        Some(path) => path.head(),
+                        None => c.name.as_str(),
+                    };
+                    if !groups.contains(field) {
+                        return Err(invalid(
+                            format!("{at}.schema[{i}]"),
+                            format!(
+                                "{field:?} is no named group of the pattern (its groups: {groups:?})"
+                            ),
+                        ));
+                    }
+                }
+                Some(pattern)
+            }
+            (None, FormatDoc::Regex) => {
+                return Err(invalid(
+                    format!("{at}.regex"),
+                    "format \"regex\" needs its pattern",
+                ));
+            }
+            (Some(_), _) => {
+                return Err(invalid(format!("{at}.regex"), "only for format \"regex\""));
+            }
+            (None, _) => None,
+        };
         let include = globs(&doc.include, &format!("{at}.include"))?;
         let exclude = globs(&doc.exclude, &format!("{at}.exclude"))?;
         let schema = arrow_schema(&doc.schema);
@@ -1402,6 +1488,7 @@ impl Source {
             fingerprint,
             include,
             exclude,
+            lines,
         })
     }
 
@@ -1443,6 +1530,7 @@ impl Source {
         let format = match self.doc.format {
             FormatDoc::Jsonl => InputFormat::JsonLines,
             FormatDoc::Json => InputFormat::Json,
+            FormatDoc::Regex => InputFormat::Regex,
             FormatDoc::Parquet => InputFormat::Parquet,
             FormatDoc::Avro => InputFormat::Avro,
             FormatDoc::Orc => InputFormat::Orc,
@@ -1515,6 +1603,7 @@ impl Source {
             spec.rescue_column = name.clone();
         }
         spec.json_keys = self.doc.json.as_ref().map(|j| j.keys).unwrap_or_default();
+        spec.lines = self.lines.clone();
         if let Some(json) = &self.doc.json {
             spec.json = crate::convert::JsonDocuments {
                 records: json.records.clone(),
@@ -2425,6 +2514,71 @@ mod tests {
             "output":{{"bucket":"lake","prefix":"trail/"}}{extra}}}]}}"#
         ))
         .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn line_logs_name_their_fields_by_the_patterns_groups() {
+        use crate::convert::InputFormat;
+        let doc = |schema: &str, regex: &str| {
+            Config::from_json(&format!(
+                r#"{{"sources":[{{"source_id":"alb","bucket":"landing","prefix":"alb/",
+                "format":"regex","schema":[{schema}],{regex}
+                "output":{{"bucket":"lake","prefix":"alb/"}}}}]}}"#
+            ))
+            .map_err(|e| e.to_string())
+        };
+        let pattern = r##""regex":{"pattern":"(?P<ip>[^ :]*):(?P<port>[0-9]*) (?P<rest>.*)","comment":"#"},"##;
+        let c = doc(
+            r#"{"name":"ip","type":"string"},{"name":"client_port","path":"port","type":"int32"}"#,
+            pattern,
+        )
+        .unwrap();
+        let spec = c.sources[0].convert_spec("alb/a.log.gz");
+        assert_eq!(spec.format, InputFormat::Regex);
+        let lines = spec.lines.expect("the pattern");
+        assert_eq!(lines.null_values, ["-"]);
+        assert_eq!(lines.comment.as_deref(), Some("#"));
+        for (schema, regex, says) in [
+            (
+                r#"{"name":"ip","type":"string"}"#,
+                "",
+                "regex: format \"regex\" needs its pattern",
+            ),
+            (
+                r#"{"name":"host","type":"string"}"#,
+                pattern,
+                "schema[0]: \"host\" is no named group",
+            ),
+            (
+                r#"{"name":"ip","type":"struct<a:int32>"}"#,
+                pattern,
+                "a line's fields are text",
+            ),
+            (
+                r#"{"name":"ip","path":"ip.a","type":"string"}"#,
+                pattern,
+                "a line's fields are flat",
+            ),
+            (
+                r#"{"name":"ip","type":"string"}"#,
+                r#""regex":{"pattern":"(\\S+)"},"#,
+                "names no group",
+            ),
+            (
+                r#"{"name":"ip","type":"string"}"#,
+                r#""regex":{"pattern":"(?P<ip>"},"#,
+                "regex.pattern",
+            ),
+        ] {
+            let err = doc(schema, regex).unwrap_err();
+            assert!(err.contains(says), "{schema} {regex}: {err}");
+        }
+        let err = jsonl(
+            r#"{"name":"ip","type":"string"}"#,
+            r#","regex":{"pattern":"(?P<ip>.*)"}"#,
+        )
+        .unwrap_err();
+        assert!(err.contains("regex: only for format \"regex\""), "{err}");
     }
 
     #[test]

@@ -4,10 +4,13 @@
 //! `{"Records":[…]}` each, one of them empty), a Firehose delivery of records back to back
 //! with no delimiter, CloudWatch Logs subscription data as Firehose delivers it (gzip members
 //! concatenated, each an envelope of `logEvents`, a CONTROL_MESSAGE among them, the envelope
-//! read into every event's row), and a pretty-printed top-level array.
+//! read into every event's row), a pretty-printed top-level array, and an Application Load
+//! Balancer's access log read with `"format": "regex"` (IPv6 clients, `-` and empty fields,
+//! user agents with escaped quotes, a field appended after the documented ones, rescued).
 //!
 //! Every output is judged against an independent reading: Python's `json` cuts each file into
-//! its records (`tests/fixtures/aws/records.py`), and the JSON Lines model of
+//! its records, Python's `re` matches each log line with the same pattern
+//! (`tests/fixtures/aws/records.py`), and the JSON Lines model of
 //! `tests/fixtures/nested/check.py` compares every value pyarrow and DuckDB read back from the
 //! Parquet the lake holds. Reconcile's deep tier recounts every source object to the ledger's
 //! and the lake's numbers. A file with a value that holds no records array fails naming it,
@@ -22,7 +25,7 @@ use tidemark::config::Config;
 use tidemark::model::Status;
 use tidemark_tests::{Backends, Events};
 
-const DATASETS: [&str; 4] = ["cloudtrail", "firehose", "cloudwatch", "export"];
+const DATASETS: [&str; 5] = ["cloudtrail", "firehose", "cloudwatch", "alb", "export"];
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures")
@@ -92,6 +95,16 @@ fn python(script: &str, args: &[&str]) -> (bool, String, String) {
 /// into `dir`: the file and how many records.
 fn python_records(source: &Value, path: &Path, dir: &Path) -> (PathBuf, u64) {
     let mut args = vec![path.to_str().unwrap().to_string()];
+    if let Some(regex) = source.get("regex") {
+        args.extend([
+            "--pattern".into(),
+            regex["pattern"].as_str().unwrap().into(),
+        ]);
+        args.extend(["--null-values".into(), regex["null_values"].to_string()]);
+        if let Some(comment) = regex["comment"].as_str() {
+            args.extend(["--comment".into(), comment.into()]);
+        }
+    }
     if let Some(records) = source.pointer("/json/records").and_then(Value::as_str) {
         args.extend(["--records".into(), records.into()]);
     }
@@ -123,24 +136,27 @@ fn check(source: &Value, records: &Path, parquet: &Path, dir: &Path) -> (bool, S
     std::fs::write(&schema, source["schema"].to_string()).unwrap();
     let policies = dir.join("policies.json");
     let keep = ["on_unknown_field", "on_bad_value"];
+    // (check.py models JSON Lines: a line log is judged as the JSON object of its groups.)
     let p: serde_json::Map<String, Value> = keep
         .iter()
         .filter_map(|k| Some((k.to_string(), source.get(*k)?.clone())))
         .collect();
     std::fs::write(&policies, Value::Object(p).to_string()).unwrap();
-    let (ok, stdout, stderr) = python(
-        "nested/check.py",
-        &[
-            "--source",
-            records.to_str().unwrap(),
-            "--schema",
-            schema.to_str().unwrap(),
-            "--policies",
-            policies.to_str().unwrap(),
-            "--parquet",
-            parquet.to_str().unwrap(),
-        ],
-    );
+    let mut args = vec![
+        "--source",
+        records.to_str().unwrap(),
+        "--schema",
+        schema.to_str().unwrap(),
+        "--policies",
+        policies.to_str().unwrap(),
+        "--parquet",
+        parquet.to_str().unwrap(),
+    ];
+    // A line log's fields are text: its numbers are read from text (`--quoted-numbers`).
+    if source["format"] == "regex" {
+        args.push("--quoted-numbers");
+    }
+    let (ok, stdout, stderr) = python("nested/check.py", &args);
     (ok, stdout + &stderr)
 }
 
@@ -343,5 +359,5 @@ fn the_guides_sources_read_the_fixtures() {
         }
         read.push(id.to_string());
     }
-    assert_eq!(read, ["cloudtrail", "cloudwatch"]);
+    assert_eq!(read, ["cloudtrail", "cloudwatch", "alb"]);
 }

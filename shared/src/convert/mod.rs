@@ -36,6 +36,7 @@ mod csv;
 mod error;
 mod input;
 mod json;
+mod lines;
 pub mod partition;
 pub mod progress;
 pub mod reject;
@@ -446,6 +447,7 @@ impl<'s> Decoding<'s> {
             }
             InputFormat::JsonLines => Box::new(json::JsonBatches::new(reader, spec)?),
             InputFormat::Json => Box::new(json::JsonBatches::documents(reader, spec)?),
+            InputFormat::Regex => Box::new(json::JsonBatches::regex(reader, spec)?),
             // The columnar readers panic on some corrupt files (parquet-rs and arrow-rs on
             // pages whose levels or lengths lie, found by fuzzing): a panic fails the file
             // as invalid, naming it, as any bad input.

@@ -81,6 +81,10 @@ pub enum InputFormat {
     /// or without whitespace between them), cut into records as [`ConvertSpec::json`] says
     /// and read as JSON Lines are (see `convert/json/documents.rs`).
     Json,
+    /// Line logs: each line matched whole against a pattern whose named groups are its
+    /// fields ([`ConvertSpec::lines`]), then read as the JSON object of those fields (see
+    /// `convert/lines/`).
+    Regex,
     /// A Parquet file, columns matched to the schema by name and read by row group; the
     /// input is spooled to a temporary file first (see `convert/parquet.rs`).
     Parquet,
@@ -101,6 +105,39 @@ pub struct JsonDocuments {
     /// Members of each value read into every one of its records (with `records`): the
     /// envelope around them (`logGroup`, `owner`). They must come before the records array.
     pub envelope: Vec<String>,
+}
+
+/// The pattern of a line log ([`InputFormat::Regex`]).
+#[derive(Debug, Clone)]
+pub struct LinePattern {
+    /// The pattern, anchored at both ends of the line: its named groups are the fields.
+    pub regex: regex::Regex,
+    /// Texts that stand for NULL in any field (`-`).
+    pub null_values: Vec<String>,
+    /// Lines starting with this are skipped (`#`).
+    pub comment: Option<String>,
+}
+
+impl LinePattern {
+    /// `pattern` matched against whole lines; an error if it does not compile or names no
+    /// group.
+    pub fn new(
+        pattern: &str,
+        null_values: Vec<String>,
+        comment: Option<String>,
+    ) -> Result<Self, String> {
+        let regex = regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| e.to_string())?;
+        if regex.capture_names().flatten().next().is_none() {
+            return Err(
+                "the pattern names no group: fields are its named groups, (?P<name>…)".into(),
+            );
+        }
+        Ok(Self {
+            regex,
+            null_values,
+            comment,
+        })
+    }
 }
 
 /// How the columns of a CSV file with a header are matched to the schema.
@@ -343,6 +380,8 @@ pub struct ConvertSpec {
     pub json_keys: KeyMatch,
     /// Where the records of JSON documents are ([`InputFormat::Json`] only).
     pub json: JsonDocuments,
+    /// The pattern of a line log ([`InputFormat::Regex`] only, which needs it).
+    pub lines: Option<LinePattern>,
     /// How CSV fields spell NULL, booleans and decimal points.
     pub csv_values: CsvValues,
     /// Lineage columns written last, in order: name and value.
@@ -382,6 +421,7 @@ impl ConvertSpec {
             rescue_column: DEFAULT_RESCUE_COLUMN.to_owned(),
             json_keys: KeyMatch::Exact,
             json: JsonDocuments::default(),
+            lines: None,
             csv_values: CsvValues::default(),
             lineage: Vec::new(),
             object: None,

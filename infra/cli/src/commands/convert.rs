@@ -519,6 +519,7 @@ fn format_name(format: &InputFormat) -> &'static str {
         InputFormat::Csv(_) => "csv",
         InputFormat::JsonLines => "jsonl",
         InputFormat::Json => "json",
+        InputFormat::Regex => "regex",
         InputFormat::Parquet => "parquet",
         InputFormat::Avro => "avro",
         InputFormat::Orc => "orc",

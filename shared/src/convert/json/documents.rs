@@ -55,7 +55,7 @@ impl Place {
 }
 
 /// What [`Documents::next`] found.
-pub(super) enum Next {
+pub(in crate::convert) enum Next {
     /// A record, its text appended to the buffer (ending with a newline).
     Record(Place),
     /// A bad row: its text appended to the buffer, and why.

@@ -70,6 +70,8 @@ enum Input<R> {
     Lines(R),
     /// JSON documents, cut into records.
     Documents(Box<Documents<R>>),
+    /// A line log: each matched line as the JSON object of its fields.
+    Regex(Box<super::lines::RegexLines<R>>),
 }
 
 /// Record batches decoded from JSON Lines text, or from JSON documents cut into records.
@@ -118,6 +120,25 @@ impl<R: BufRead> JsonBatches<R> {
                 spec.max_record_bytes,
             ))),
             documents => documents,
+        };
+        Ok(batches)
+    }
+
+    /// Prepares to decode the lines of a line log ([`super::InputFormat::Regex`]).
+    pub(super) fn regex(reader: R, spec: &ConvertSpec) -> Result<Self, ConvertError> {
+        let Some(pattern) = &spec.lines else {
+            return Err(ConvertError::invalid_spec(
+                "the regex format needs a pattern",
+            ));
+        };
+        let mut batches = Self::new(reader, spec)?;
+        batches.input = match batches.input {
+            Input::Lines(reader) => Input::Regex(Box::new(super::lines::RegexLines::new(
+                reader,
+                pattern,
+                spec.max_record_bytes,
+            ))),
+            other => other,
         };
         Ok(batches)
     }
@@ -267,24 +288,28 @@ impl<R: BufRead> JsonBatches<R> {
     /// set), or when the line was blank or set aside.
     fn next_record(&mut self, limit: usize) -> Result<bool, ConvertError> {
         let start = self.buf.len();
-        let reader = match &mut self.input {
-            Input::Lines(reader) => reader,
-            Input::Documents(documents) => {
-                return match documents.next(&mut self.buf)? {
-                    Next::End => {
-                        self.end = true;
-                        Ok(false)
-                    }
-                    Next::Bad(error) => {
-                        self.set_aside(start, error)?;
-                        Ok(false)
-                    }
-                    Next::Record(place) => {
-                        self.place = place;
-                        Ok(true)
-                    }
-                };
+        let cut = match &mut self.input {
+            Input::Lines(_) => None,
+            Input::Documents(documents) => Some(documents.next(&mut self.buf)?),
+            Input::Regex(lines) => Some(lines.next(&mut self.buf)?),
+        };
+        match cut {
+            None => {}
+            Some(Next::End) => {
+                self.end = true;
+                return Ok(false);
             }
+            Some(Next::Bad(error)) => {
+                self.set_aside(start, error)?;
+                return Ok(false);
+            }
+            Some(Next::Record(place)) => {
+                self.place = place;
+                return Ok(true);
+            }
+        }
+        let Input::Lines(reader) = &mut self.input else {
+            unreachable!("the cut inputs returned above")
         };
         let read = read_line(reader, &mut self.buf, limit)?;
         if read == 0 {
@@ -678,7 +703,11 @@ fn spell_out_surrogate_pairs(line: &[u8]) -> Option<Vec<u8>> {
 /// Appends the next line of `reader` to `buf`, newline included, reading at most `limit`
 /// bytes (what `reader.take(limit).read_until(b'\n', buf)` does, with `memchr`); returns
 /// the number of bytes read, 0 at the end of the input.
-fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>, limit: usize) -> std::io::Result<usize> {
+pub(in crate::convert) fn read_line(
+    reader: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    limit: usize,
+) -> std::io::Result<usize> {
     let mut read = 0;
     while read < limit {
         let available = match reader.fill_buf() {
@@ -716,7 +745,7 @@ fn arrow_only() -> bool {
 }
 
 /// Reads to the end of the line (or of the input) without keeping what it reads.
-fn skip_line(reader: &mut impl BufRead) -> Result<(), ConvertError> {
+pub(in crate::convert) fn skip_line(reader: &mut impl BufRead) -> Result<(), ConvertError> {
     loop {
         let buf = reader.fill_buf()?;
         if buf.is_empty() {

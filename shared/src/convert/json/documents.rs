@@ -600,11 +600,18 @@ impl<R: BufRead> Input<R> {
     }
 }
 
-/// The structure of one JSON value, fed a buffer at a time.
+/// The extent of one JSON value, fed a buffer at a time. Only what finds its end is followed:
+/// strings (and their escapes), and the brackets of the kind that opens the value (`{` and
+/// `}` for an object, `[` and `]` for an array), which memchr finds a vector at a time. Whether
+/// the brackets between match is left to the decoder that reads the value (a record), or to
+/// the structure around it: a value cut wrong fails there.
 #[derive(Default)]
 struct Scan {
-    /// The brackets open.
-    stack: Vec<u8>,
+    /// The bracket that opens the value and the one that closes it.
+    open: u8,
+    close: u8,
+    /// Brackets of the value's kind open.
+    depth: usize,
     in_string: bool,
     escaped: bool,
     /// A number, `true`, `false` or `null`: it ends before the next delimiter.
@@ -620,7 +627,8 @@ impl Scan {
             self.started = true;
             match chunk[0] {
                 b'"' => self.in_string = true,
-                b'{' | b'[' => self.stack.push(chunk[0]),
+                b'{' => (self.open, self.close, self.depth) = (b'{', b'}', 1),
+                b'[' => (self.open, self.close, self.depth) = (b'[', b']', 1),
                 b'}' | b']' | b',' | b':' => return Err("a value was expected"),
                 _ => self.scalar = true,
             }
@@ -641,7 +649,7 @@ impl Scan {
                             self.escaped = true;
                         } else {
                             self.in_string = false;
-                            if self.stack.is_empty() {
+                            if self.depth == 0 {
                                 return Ok((i, true));
                             }
                         }
@@ -649,8 +657,8 @@ impl Scan {
                 }
                 continue;
             }
-            let b = chunk[i];
             if self.scalar {
+                let b = chunk[i];
                 if matches!(
                     b,
                     b' ' | b'\t' | b'\n' | b'\r' | b',' | b']' | b'}' | b'{' | b'[' | b'"' | b':'
@@ -660,20 +668,22 @@ impl Scan {
                 i += 1;
                 continue;
             }
-            i += 1;
-            match b {
-                b'"' => self.in_string = true,
-                b'{' | b'[' => self.stack.push(b),
-                b'}' | b']' => {
-                    let open = if b == b'}' { b'{' } else { b'[' };
-                    if self.stack.pop() != Some(open) {
-                        return Err("a bracket closes what it did not open");
-                    }
-                    if self.stack.is_empty() {
-                        return Ok((i, true));
+            match memchr::memchr3(b'"', self.open, self.close, &chunk[i..]) {
+                None => return Ok((chunk.len(), false)),
+                Some(k) => {
+                    let b = chunk[i + k];
+                    i += k + 1;
+                    if b == b'"' {
+                        self.in_string = true;
+                    } else if b == self.open {
+                        self.depth += 1;
+                    } else {
+                        self.depth -= 1;
+                        if self.depth == 0 {
+                            return Ok((i, true));
+                        }
                     }
                 }
-                _ => {}
             }
         }
         Ok((chunk.len(), false))

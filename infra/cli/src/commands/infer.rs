@@ -399,18 +399,10 @@ fn json_layout(
 
 /// Up to `limit` decompressed bytes of `path`, and whether the file goes on past them.
 fn text_sample(path: &Path, limit: u64) -> Result<(Vec<u8>, bool), String> {
-    let mut data = Vec::new();
-    decompressed(path)?
-        .take(limit + 1)
-        .read_to_end(&mut data)
-        .map_err(|e| format!("cannot read it: {e}"))?;
-    let partial = data.len() as u64 > limit;
+    let (mut data, partial) = raw_sample(path, limit)?;
     if partial {
         // Whole lines only: a cut inside a record, or inside a character, is no sample.
-        let end = data[..limit as usize]
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |p| p + 1);
+        let end = data.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
         data.truncate(end);
     }
     Ok((data, partial))

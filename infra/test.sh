@@ -41,7 +41,8 @@ STEP_TOTAL=6
 banner() { printf '\n==== [%s] %s ====\n' "$(date '+%Y-%m-%d %H:%M:%S')" "$*"; }
 
 # The space left where the build and the tests write: a fresh build's target/ takes about
-# 6 GB (5.9 GB on 2026-12-05, with CI set), and the suites' objects (folders and the S3 emulator's spool, 100 MB objects among
+# 5.5 GB (5.4 GB on 2026-12-07 with CI set, after clippy and the test build; 6.0 GB before the
+# CLI's integration tests became one binary), and the suites' objects (folders and the S3 emulator's spool, 100 MB objects among
 # them) take up to 1 GB more under the temporary directory while they run. A disk that
 # fills fails tests with errors that do not say so (an emulator's 500, a file not created):
 # the space is printed before the run and again when a step fails.

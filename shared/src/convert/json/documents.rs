@@ -148,10 +148,8 @@ impl<R: BufRead> Documents<R> {
                 continue;
             }
             if self.in_records {
-                let mut first = self.records_first;
-                let next = self.next_in_array(&mut first)?;
-                self.records_first = first;
-                match next {
+                let first = std::mem::take(&mut self.records_first);
+                match self.next_in_array(first)? {
                     Some(()) => {
                         let start = buf.len();
                         let place = self.record_at(buf)?;
@@ -168,10 +166,8 @@ impl<R: BufRead> Documents<R> {
                 }
             }
             let more = if self.in_top_array {
-                let mut first = self.top_first;
-                let next = self.next_in_array(&mut first)?;
-                self.top_first = first;
-                next.is_some()
+                let first = std::mem::take(&mut self.top_first);
+                self.next_in_array(first)?.is_some()
             } else {
                 self.input.skip_ws()?;
                 self.input.peek()?.is_some()
@@ -190,14 +186,14 @@ impl<R: BufRead> Documents<R> {
                 self.top_first = true;
                 continue;
             }
-            let Some(records) = self.records.clone() else {
+            if self.records.is_none() {
                 let start = buf.len();
                 let place = self.record_at(buf)?;
                 return Ok(self.emit(buf, start, place));
-            };
+            }
             self.value += 1;
             self.value_place = (self.input.line, self.value);
-            if let Some(bad) = self.open_value(&records, buf)? {
+            if let Some(bad) = self.open_value(buf)? {
                 return Ok(bad);
             }
         }
@@ -206,14 +202,14 @@ impl<R: BufRead> Documents<R> {
     /// In an array (top-level or of records) whose first element is still to come if
     /// `first`: past the `,` before the next element, `Some` if there is one; `None` past
     /// the closing `]`.
-    fn next_in_array(&mut self, first: &mut bool) -> Result<Option<()>, ConvertError> {
+    fn next_in_array(&mut self, first: bool) -> Result<Option<()>, ConvertError> {
         self.input.skip_ws()?;
         match self.input.peek()? {
             Some(b']') => {
                 self.input.bump();
                 Ok(None)
             }
-            Some(b',') if !*first => {
+            Some(b',') if !first => {
                 self.input.bump();
                 self.input.skip_ws()?;
                 match self.input.peek()? {
@@ -221,10 +217,7 @@ impl<R: BufRead> Documents<R> {
                     Some(_) => Ok(Some(())),
                 }
             }
-            Some(_) if *first => {
-                *first = false;
-                Ok(Some(()))
-            }
+            Some(_) if first => Ok(Some(())),
             Some(_) => Err(self.structure("',' or ']' between the elements of an array")),
             None => Err(self.structure("the end of an array (']')")),
         }
@@ -259,7 +252,7 @@ impl<R: BufRead> Documents<R> {
     fn emit(&self, buf: &mut Vec<u8>, start: usize, place: Result<Place, ConvertError>) -> Next {
         match place {
             Ok(place) => {
-                if self.records.is_some() && !self.envelope_text.is_empty() {
+                if !self.envelope_text.is_empty() {
                     envelop(buf, start, &self.envelope_text);
                 }
                 buf.push(b'\n');
@@ -276,10 +269,8 @@ impl<R: BufRead> Documents<R> {
     /// (the envelope members after it among them); at most `max_record_bytes` are held.
     fn hold_records(&mut self) -> Result<(), ConvertError> {
         loop {
-            let mut first = self.records_first;
-            let next = self.next_in_array(&mut first)?;
-            self.records_first = first;
-            if next.is_none() {
+            let first = std::mem::take(&mut self.records_first);
+            if self.next_in_array(first)?.is_none() {
                 break;
             }
             let mut text = Vec::new();
@@ -313,11 +304,7 @@ impl<R: BufRead> Documents<R> {
 
     /// Reads a value's members up to its records array (the envelope's kept), and enters
     /// the array; a bad row if the value is not an object, or holds no records array.
-    fn open_value(
-        &mut self,
-        records: &[u8],
-        buf: &mut Vec<u8>,
-    ) -> Result<Option<Next>, ConvertError> {
+    fn open_value(&mut self, buf: &mut Vec<u8>) -> Result<Option<Next>, ConvertError> {
         self.envelope_text.clear();
         self.envelope_seen.fill(false);
         self.records_read = false;
@@ -335,13 +322,7 @@ impl<R: BufRead> Documents<R> {
                 return self.finish_value(buf);
             };
             let name = key_text(&key);
-            if name.as_deref() == Some(records) && self.input.peek()? == Some(b'[') {
-                if self.records_read {
-                    return Err(self.value_error(&format!(
-                        "holds {:?} twice",
-                        String::from_utf8_lossy(records)
-                    )));
-                }
+            if name.is_some() && name == self.records && self.input.peek()? == Some(b'[') {
                 self.input.bump();
                 self.records_first = true;
                 self.in_records = true;
@@ -497,11 +478,8 @@ fn envelop(buf: &mut Vec<u8>, start: usize, envelope: &[u8]) {
         .iter()
         .find(|b| !b.is_ascii_whitespace())
         .is_some_and(|&b| b == b'}');
-    let mut insert = envelope.to_vec();
-    if !empty {
-        insert.push(b',');
-    }
-    buf.splice(start + 1..start + 1, insert);
+    let comma = (!empty).then_some(b',');
+    buf.splice(start + 1..start + 1, envelope.iter().copied().chain(comma));
 }
 
 /// The text of a key (its quoted JSON string), unescaped; `None` if it does not read.

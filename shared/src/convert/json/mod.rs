@@ -112,16 +112,8 @@ pub(super) struct JsonBatches<R> {
 impl<R: BufRead> JsonBatches<R> {
     /// Prepares to decode the JSON documents of `reader` ([`super::InputFormat::Json`]).
     pub(super) fn documents(reader: R, spec: &ConvertSpec) -> Result<Self, ConvertError> {
-        let mut batches = Self::new(reader, spec)?;
-        batches.input = match batches.input {
-            Input::Lines(reader) => Input::Documents(Box::new(Documents::new(
-                reader,
-                &spec.json,
-                spec.max_record_bytes,
-            ))),
-            documents => documents,
-        };
-        Ok(batches)
+        let documents = Documents::new(reader, &spec.json, spec.max_record_bytes);
+        Self::with_input(Input::Documents(Box::new(documents)), spec)
     }
 
     /// Prepares to decode the lines of a line log ([`super::InputFormat::Regex`]).
@@ -131,20 +123,17 @@ impl<R: BufRead> JsonBatches<R> {
                 "the regex format needs a pattern",
             ));
         };
-        let mut batches = Self::new(reader, spec)?;
-        batches.input = match batches.input {
-            Input::Lines(reader) => Input::Regex(Box::new(super::lines::RegexLines::new(
-                reader,
-                pattern,
-                spec.max_record_bytes,
-            ))),
-            other => other,
-        };
-        Ok(batches)
+        let lines = super::lines::RegexLines::new(reader, pattern, spec.max_record_bytes);
+        Self::with_input(Input::Regex(Box::new(lines)), spec)
     }
 
     /// Prepares to decode the JSON Lines of `reader`.
     pub(super) fn new(reader: R, spec: &ConvertSpec) -> Result<Self, ConvertError> {
+        Self::with_input(Input::Lines(reader), spec)
+    }
+
+    /// Prepares to decode the records of `input`.
+    fn with_input(input: Input<R>, spec: &ConvertSpec) -> Result<Self, ConvertError> {
         let schema = spec.decoded_schema();
         let decode_schema = nullable(&schema);
         let strict = Arc::new(Strict {
@@ -172,7 +161,7 @@ impl<R: BufRead> JsonBatches<R> {
             .flatten()
             .filter(|_| !arrow_only());
         Ok(Self {
-            input: Input::Lines(reader),
+            input,
             batch_rows: spec.batch_rows,
             batch_bytes: spec.batch_bytes,
             max_record_bytes: spec.max_record_bytes,
@@ -321,11 +310,7 @@ impl<R: BufRead> JsonBatches<R> {
         let line = &self.buf[start..];
         let line = line.strip_suffix(b"\n").unwrap_or(line);
         if line.strip_suffix(b"\r").unwrap_or(line).len() > self.max_record_bytes {
-            let message = format!(
-                "the line is longer than the limit of {} bytes (max_record_bytes)",
-                self.max_record_bytes
-            );
-            let error = self.place.error(None, message);
+            let error = self.place.error(None, line_too_long(self.max_record_bytes));
             if !self.rejects.rejects() {
                 return Err(error);
             }
@@ -731,6 +716,11 @@ pub(in crate::convert) fn read_line(
         }
     }
     Ok(read)
+}
+
+/// What a line longer than `max_record_bytes` is told.
+pub(in crate::convert) fn line_too_long(max_record_bytes: usize) -> String {
+    format!("the line is longer than the limit of {max_record_bytes} bytes (max_record_bytes)")
 }
 
 /// Whether tests asked for arrow-json's path only (see [`tests::arrow_only`]).

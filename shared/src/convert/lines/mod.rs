@@ -70,10 +70,7 @@ impl<R: BufRead> RegexLines<R> {
                 if !whole {
                     super::json::skip_line(&mut self.reader)?;
                 }
-                let message = format!(
-                    "the line is longer than the limit of {} bytes (max_record_bytes)",
-                    self.max_record_bytes
-                );
+                let message = super::json::line_too_long(self.max_record_bytes);
                 return Ok(Next::Bad(place.error(None, message)));
             }
             if line.trim_ascii().is_empty()

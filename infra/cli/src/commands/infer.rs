@@ -339,7 +339,7 @@ fn json_layout(
 ) -> Result<(Format, JsonBlock), String> {
     let mut lines_read = true;
     let mut values = 0;
-    let mut first: Option<(Vec<u8>, bool)> = None;
+    let mut first: Option<Vec<u8>> = None;
     for file in files {
         let (data, partial) =
             raw_sample(file, share).map_err(|e| format!("{}: {e}", file.display()))?;
@@ -361,9 +361,12 @@ fn json_layout(
         if partial && text.is_empty() {
             lines_read = false; // one line longer than the sample: not JSON Lines to sample
         }
-        first.get_or_insert((data, partial));
+        first.get_or_insert(data);
+        if explicit.is_some() {
+            break; // the format is given: the first file's value says where the records are
+        }
     }
-    let Some((sample, _)) = first else {
+    let Some(sample) = first else {
         return Ok((Format::Jsonl, JsonBlock::default()));
     };
     let top_array = sample.trim_ascii_start().first() == Some(&b'[');
@@ -477,9 +480,21 @@ struct Proposal {
     notes: Vec<String>,
 }
 
-fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Proposal, String> {
+/// The bytes sampled from each of `files` files: `sample_bytes` shared, 64 KiB at least.
+fn sample_share(sample_bytes: u64, files: usize) -> u64 {
+    (sample_bytes / files.max(1) as u64).max(64 << 10)
+}
+
+/// The proposal for `files` in `format`; `json`: where a JSON document's records are (see
+/// [`json_layout`]).
+fn propose(
+    args: &InferArgs,
+    files: &[PathBuf],
+    format: Format,
+    json: JsonBlock,
+) -> Result<Proposal, String> {
     let mut notes = Vec::new();
-    let share = (args.sample_bytes / files.len().max(1) as u64).max(64 << 10);
+    let share = sample_share(args.sample_bytes, files.len());
     let mut records_read = Vec::new();
     match format {
         Format::Csv => {
@@ -607,7 +622,6 @@ fn propose(args: &InferArgs, files: &[PathBuf], format: Format) -> Result<Propos
             })
         }
         Format::Json => {
-            let (_, json) = json_layout(files, share, Some(Format::Json))?;
             match &json.records {
                 Some(key) => notes.push(format!(
                     "each value holds an array of objects, {key:?}: its elements are the records \
@@ -925,13 +939,13 @@ pub fn infer(args: &InferArgs) -> Result<InferReport, Error> {
         let (_, stem) = Compression::from_key(&name);
         stem.to_ascii_lowercase().ends_with(".json")
     });
-    let format = if format == Format::Jsonl && args.format.is_none() && json_named {
-        let share = (args.sample_bytes / sampled.len().max(1) as u64).max(64 << 10);
-        json_layout(&sampled, share, None)?.0
-    } else {
-        format
+    let share = sample_share(args.sample_bytes, sampled.len());
+    let (format, json) = match format {
+        Format::Json => json_layout(&sampled, share, Some(Format::Json))?,
+        Format::Jsonl if args.format.is_none() && json_named => json_layout(&sampled, share, None)?,
+        other => (other, JsonBlock::default()),
     };
-    let mut proposal = propose(args, &sampled, format)?;
+    let mut proposal = propose(args, &sampled, format, json)?;
     let unnamed: Vec<Option<Compression>> = sampled
         .iter()
         .filter(|f| Compression::from_key(&name_of(f)).0 == Compression::None)
@@ -1249,7 +1263,7 @@ async fn sample_remote(
             "{n} of {listed_count} listed objects sampled, spread over the listing"
         ));
     }
-    let share = (args.sample_bytes / n as u64).max(64 << 10);
+    let share = sample_share(args.sample_bytes, n);
     let mut spent = 0u64;
     for (i, (bucket, object)) in picked.iter().enumerate() {
         let name = object.key.rsplit('/').next().unwrap_or("object");

@@ -814,6 +814,15 @@ impl std::str::FromStr for Mode {
 pub struct SourceDoc {
     /// Stable id of the source: `[a-z0-9_-]{1,64}`; never derived from a path.
     pub source_id: String,
+    /// A preset for a log AWS writes (`aws.cloudtrail`, `aws.cloudwatch_logs`, `aws.alb`,
+    /// `aws.nlb`, `aws.clb`, `aws.cloudfront`, `aws.s3_access`, `aws.vpc_flow`, `aws.waf`):
+    /// the source is the preset's block (format, pattern or records, include, schema named
+    /// and typed as AWS's Athena table, policies, partitioning by event day) with this
+    /// source's own members applied as a JSON Merge Patch (RFC 7396: objects merged member
+    /// by member, arrays and values replaced, `null` removes). `tidemark presets show NAME`
+    /// prints the block. With a preset, `format` and `schema` may be left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
     /// Landing bucket.
     pub bucket: String,
     /// Key prefix (may be empty).
@@ -1024,7 +1033,9 @@ impl Config {
 
     /// Parse and validate the document.
     pub fn from_json(text: &str) -> Result<Self, ConfigError> {
-        let de = &mut serde_json::Deserializer::from_str(text);
+        let text =
+            crate::presets::expand(text).map_err(|(path, message)| invalid(path, message))?;
+        let de = &mut serde_json::Deserializer::from_str(&text);
         let doc: ConfigDoc = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             invalid(

@@ -9,7 +9,8 @@
 //! Module map:
 //! - [`events`]: every S3 event delivery shape → [`events::ObjectEvent`]; key decoding and
 //!   sequencer ordering.
-//! - [`config`]: the sources document, validated once at start-up.
+//! - [`config`]: the sources document, validated once at start-up; [`presets`]: the source
+//!   blocks for AWS's own logs a source names with `"preset"`.
 //! - [`model`], [`protocol`]: ledger records and the pure rules that move them.
 //! - [`ports`]: `ObjectStore`, `Ledger`, `Clock`; [`aws`]: their S3 and DynamoDB adapters.
 //! - [`local`]: the embedded adapters: local folders as buckets, a SQLite ledger.
@@ -41,6 +42,7 @@ pub mod jobs;
 pub mod local;
 pub mod model;
 pub mod ports;
+pub mod presets;
 pub mod process;
 pub mod protocol;
 pub mod reconcile;

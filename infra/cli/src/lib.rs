@@ -254,6 +254,11 @@ pub enum Command {
     /// sources document (additive changes only; a breaking one is refused with the
     /// difference), `ddl` prints the Athena DDL of the same tables. Opens no ledger.
     Catalog(commands::catalog::CatalogArgs),
+    /// The presets for the logs AWS writes to S3 (CloudTrail, CloudWatch Logs via Firehose,
+    /// ALB, NLB, Classic ELB, CloudFront, S3 access, VPC flow, WAF): `presets` lists them,
+    /// `presets show NAME` prints one as a source block to paste and edit. A source uses one
+    /// with `"preset": NAME`. Needs no sources document and opens no backend.
+    Presets(commands::presets::PresetsArgs),
     /// The zero-setup tour on the embedded backends: generate data, run, overwrite, delete,
     /// and check rows and sums of source, lake and ledger.
     Demo {
@@ -287,6 +292,10 @@ pub async fn main_with(cli: Cli, out: Out<'_>) -> ExitCode {
 pub async fn execute(cli: Cli, out: Out<'_>) -> Result<ExitCode, Error> {
     if let Command::Demo { dir } = &cli.command {
         return demo::demo(dir.clone(), out).await;
+    }
+    // Data compiled in: no sources document, no backend.
+    if let Command::Presets(args) = cli.command {
+        return commands::presets::presets_command(args, cli.json, out);
     }
     // Sample files, no sources document, no backend.
     if let Command::Infer(args) = cli.command {
@@ -371,6 +380,7 @@ pub async fn dispatch(
             convert::convert_command(backend.pipeline.config.clone(), args, json, out).await
         }
         Command::Demo { dir } => demo::demo(dir, out).await,
+        Command::Presets(args) => presets::presets_command(args, json, out),
         Command::Catalog(args) => {
             catalog::catalog_command(&backend.pipeline.config, args, json, out).await
         }

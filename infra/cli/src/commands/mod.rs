@@ -13,6 +13,7 @@ pub mod invoke;
 pub mod mode;
 pub mod outputs;
 pub mod plan;
+pub mod presets;
 pub mod rename;
 pub mod repair;
 pub mod rescued;

@@ -27,7 +27,7 @@ use tidemark_tests::{Backends, Events};
 
 const DATASETS: [&str; 5] = ["cloudtrail", "firehose", "cloudwatch", "alb", "export"];
 
-fn fixtures() -> PathBuf {
+pub(crate) fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
 
@@ -53,7 +53,7 @@ fn config(b: &Backends) -> Arc<Config> {
 }
 
 /// The fixture files of `name`: key (under `name/`) and path.
-fn files(name: &str) -> Vec<(String, PathBuf)> {
+pub(crate) fn files(name: &str) -> Vec<(String, PathBuf)> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
@@ -78,7 +78,7 @@ fn files(name: &str) -> Vec<(String, PathBuf)> {
 }
 
 /// `python3 tests/fixtures/SCRIPT ARGS…`: its exit status, stdout and stderr.
-fn python(script: &str, args: &[&str]) -> (bool, String, String) {
+pub(crate) fn python(script: &str, args: &[&str]) -> (bool, String, String) {
     let out = Command::new("python3")
         .arg(fixtures().join(script))
         .args(args)
@@ -93,7 +93,7 @@ fn python(script: &str, args: &[&str]) -> (bool, String, String) {
 
 /// The records of the fixture at `path` as Python's `json` reads them (JSON Lines), written
 /// into `dir`: the file and how many records.
-fn python_records(source: &Value, path: &Path, dir: &Path) -> (PathBuf, u64) {
+pub(crate) fn python_records(source: &Value, path: &Path, dir: &Path) -> (PathBuf, u64) {
     let mut args = vec![path.to_str().unwrap().to_string()];
     if let Some(regex) = source.get("regex") {
         args.extend([
@@ -131,11 +131,11 @@ fn python_records(source: &Value, path: &Path, dir: &Path) -> (PathBuf, u64) {
 
 /// `check.py`'s judgement of the Parquet `parquet` as the conversion of `records` (JSON
 /// Lines) under `source`'s schema and policies.
-fn check(source: &Value, records: &Path, parquet: &Path, dir: &Path) -> (bool, String) {
+pub(crate) fn check(source: &Value, records: &Path, parquet: &Path, dir: &Path) -> (bool, String) {
     let schema = dir.join("schema.json");
     std::fs::write(&schema, source["schema"].to_string()).unwrap();
     let policies = dir.join("policies.json");
-    let keep = ["on_unknown_field", "on_bad_value"];
+    let keep = ["on_unknown_field", "on_bad_value", "rescued_column", "json"];
     // (check.py models JSON Lines: a line log is judged as the JSON object of its groups.)
     let p: serde_json::Map<String, Value> = keep
         .iter()
@@ -294,25 +294,36 @@ async fn cloudtrail_files_partition_by_event_day(b: Backends) {
             *expected.entry(day).or_default() += 1;
         }
     }
-    let mut got: std::collections::BTreeMap<String, u64> = Default::default();
-    for (key, body) in b.lake_objects("cloudtrail/").await {
-        let day = key
-            .strip_prefix("cloudtrail/dt=")
+    let got = rows_per_partition(&b, "cloudtrail/", "dt").await;
+    assert!(
+        expected.len() > 1,
+        "the fixtures span several days: {expected:?}"
+    );
+    assert_eq!(got, expected, "{}", b.name);
+}
+
+/// The rows of the Parquet files under `prefix` in the lake, per value of the partition
+/// folder `<name>=<value>/` right under it (every file must be in one).
+pub(crate) async fn rows_per_partition(
+    b: &Backends,
+    prefix: &str,
+    name: &str,
+) -> std::collections::BTreeMap<String, u64> {
+    let mut got = std::collections::BTreeMap::new();
+    for (key, body) in b.lake_objects(prefix).await {
+        let value = key
+            .strip_prefix(&format!("{prefix}{name}="))
             .and_then(|k| k.split('/').next())
-            .unwrap_or_else(|| panic!("{}: {key} is not under dt=", b.name))
+            .unwrap_or_else(|| panic!("{}: {key} is not under {name}=", b.name))
             .to_string();
         let rows = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(body)
             .unwrap()
             .metadata()
             .file_metadata()
             .num_rows() as u64;
-        *got.entry(day).or_default() += rows;
+        *got.entry(value).or_default() += rows;
     }
-    assert!(
-        expected.len() > 1,
-        "the fixtures span several days: {expected:?}"
-    );
-    assert_eq!(got, expected, "{}", b.name);
+    got
 }
 
 tidemark_tests::on_both!(
@@ -322,8 +333,8 @@ tidemark_tests::on_both!(
 );
 
 /// The source blocks of the guide (`docs/pages/guides/aws-logs.md`) read the fixtures they
-/// describe: each block is a valid source, and converts every fixture file of its kind into as
-/// many rows as Python's `json` reads records from it.
+/// describe: each block is a valid source (a preset's included), and converts every fixture
+/// file of its kind into as many rows as Python's `json` or `re` reads records from it.
 #[test]
 fn the_guides_sources_read_the_fixtures() {
     let guide = std::fs::read_to_string(
@@ -342,11 +353,14 @@ fn the_guides_sources_read_the_fixtures() {
             .unwrap_or_else(|e| panic!("{id}: {e}"));
         let source = config.source(id).unwrap();
         let dir = tempfile::tempdir().unwrap();
+        // Python reads the files as the fixture's own source says, or as the guide's preset
+        // expands (a preset's block is checked against Python in `presets.rs`).
+        let fixture =
+            match std::fs::read_to_string(fixtures().join(format!("aws/{id}.source.json"))) {
+                Ok(text) if block.get("preset").is_none() => serde_json::from_str(&text).unwrap(),
+                _ => serde_json::to_value(&source.doc).unwrap(),
+            };
         for (key, path) in files(id) {
-            let fixture = serde_json::from_str::<Value>(
-                &std::fs::read_to_string(fixtures().join(format!("aws/{id}.source.json"))).unwrap(),
-            )
-            .unwrap();
             let (_, count) = python_records(&fixture, &path, dir.path());
             let spec = source.convert_spec(&key);
             let stats = tidemark::convert::convert(
@@ -359,5 +373,5 @@ fn the_guides_sources_read_the_fixtures() {
         }
         read.push(id.to_string());
     }
-    assert_eq!(read, ["cloudtrail", "cloudwatch", "alb"]);
+    assert_eq!(read, ["vpc_flow", "cloudtrail", "cloudwatch", "alb"]);
 }

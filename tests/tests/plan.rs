@@ -189,3 +189,80 @@ async fn embedded_plan_finds_what_a_document_would_change() {
 async fn aws_plan_finds_what_a_document_would_change() {
     plan_finds_what_a_document_would_change(Backends::aws().await).await;
 }
+
+/// A preset whose expansion changes (a release that documents one more field, say) is a
+/// configuration change `plan` shows before it is deployed: objects committed under the older
+/// expansion are `stale_config`, with the column the new one adds. Written out or named, the
+/// same expansion is the same configuration: the same plan.
+async fn plan_sees_a_presets_expansion_change(b: Backends) {
+    let name = b.name;
+    let places = serde_json::json!({
+        "source_id": "vpc", "bucket": b.landing, "prefix": "vpc/",
+        "output": {"bucket": b.lake, "prefix": "vpc/"},
+    });
+    let named = {
+        let mut s = places.clone();
+        s["preset"] = "aws.vpc_flow".into();
+        serde_json::json!({ "sources": [s] })
+    };
+    // The expansion written out, and an older one: the same block without `log_status`.
+    let doc = named.to_string();
+    let text = tidemark::presets::expand(&doc).unwrap();
+    let written: Value = serde_json::from_str(&text).unwrap();
+    let mut older = written.clone();
+    older["sources"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("preset");
+    older["sources"][0]["schema"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|c| c["name"] != "log_status");
+
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/aws/vpc_flow");
+    let file = "AWSLogs/111122223333/vpcflowlogs/us-east-1/2026/12/01/111122223333_vpcflowlogs_us-east-1_fl-1234abcd_20261201T0000Z_a1b2c3d4.log.gz";
+    b.upload(
+        &format!("vpc/{file}"),
+        std::fs::read(fixtures.join(file)).unwrap(),
+    )
+    .await;
+    run(&b, &older).await;
+
+    let (code, p) = plan(&b, &named, &[]).await;
+    assert_eq!(code, ExitCode::FAILURE, "{name}: {p}");
+    let vpc = source(&p, "vpc");
+    assert_eq!(
+        keys(&vpc["stale_config"]),
+        (1, vec![format!("vpc/{file}")]),
+        "{name}: {p}"
+    );
+    let columns: Vec<&str> = vpc["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(
+        columns.iter().any(|c| c.starts_with("+ log_status")),
+        "{name}: {columns:?}"
+    );
+
+    // Written out, the expansion is the same configuration as the preset: the same plan.
+    let mut written = written;
+    written["sources"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("preset");
+    let (_, again) = plan(&b, &written, &[]).await;
+    assert_eq!(source(&again, "vpc"), vpc, "{name}");
+}
+
+#[tokio::test]
+async fn embedded_plan_sees_a_presets_expansion_change() {
+    plan_sees_a_presets_expansion_change(Backends::embedded().await).await;
+}
+
+#[tokio::test]
+async fn aws_plan_sees_a_presets_expansion_change() {
+    plan_sees_a_presets_expansion_change(Backends::aws().await).await;
+}

@@ -25,6 +25,7 @@ mod nested;
 mod parquet_input;
 mod partitioned;
 mod plan;
+mod presets;
 mod reconcile;
 mod reconcile_split;
 mod rename;

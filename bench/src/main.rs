@@ -14,6 +14,10 @@
 //!     numeric column, rows rejected) as JSON. `--bad-rows reject`: the policy
 //!     `on_bad_row: reject`, with no cap. OUT `-`: decode only, nothing encoded
 //!     (`tidemark::convert::count`, reconciliation's recount): the decoder's share.
+//! tidemark-bench convert --source FILE [--threads N] IN OUT
+//!     The same with the spec a source block gives IN (FILE: a source as the sources
+//!     document spells it, a `"preset"` included; format and compression decided from IN's
+//!     name as ingest decides them from the key; no partitions): line logs, presets.
 //! tidemark-bench partition --format csv|jsonl --compression none|gzip [--schema FILE] [--threads N] --by COL[:TRANSFORM][=NAME] [--by …] IN OUTDIR
 //!     What ingest does for `partitioning: {"columns": …}`
 //!     (`tidemark::convert::convert_partitioned`, its default budget; one thread unless
@@ -121,11 +125,16 @@ fn run(args: &[String]) -> Result<()> {
                     "--bad-rows",
                     "--threads",
                     "--records",
+                    "--source",
                 ],
             )?;
             let [input, output] = positional.as_slice() else {
                 return Err(USAGE.into());
             };
+            let threads = option(&opts, "--threads").map_or(Ok(1), str::parse::<usize>)?;
+            if let Some(file) = option(&opts, "--source") {
+                return convert_with_source(file, threads, Path::new(input), Path::new(output));
+            }
             let bad_rows = match option(&opts, "--bad-rows") {
                 None | Some("fail") => BadRows::Fail,
                 Some("reject") => BadRows::Reject { max: u64::MAX },
@@ -148,8 +157,6 @@ fn run(args: &[String]) -> Result<()> {
                 other => return Err(format!("unknown format {other:?}").into()),
             };
             let compression = compression(required(&opts, "--compression")?)?;
-            // One thread unless asked: the one-core comparison is the default.
-            let threads = option(&opts, "--threads").map_or(Ok(1), str::parse::<usize>)?;
             // JSON documents: the key of each value's array of records.
             let records = option(&opts, "--records").map(str::to_owned);
             convert_file(
@@ -292,6 +299,34 @@ fn columns(json: &str) -> Result<Vec<ColumnSpec>> {
 /// The converter as the ingest path calls it (`Source::convert_spec` with this schema):
 /// default batch and row-group sizes, zstd level 3, the 64 GiB decoded-size cap; the
 /// sums of every numeric column.
+/// `convert --source FILE`: the spec a source block gives the file (format, compression
+/// from its name, pattern, schema, policies; a `"preset"` expanded), as ingest builds it,
+/// on `threads` threads (one unless asked: the one-core comparison is the default).
+fn convert_with_source(file: &str, threads: usize, input: &Path, output: &Path) -> Result<()> {
+    let mut block: serde_json::Value = serde_json::from_str(
+        &fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?,
+    )
+    .map_err(|e| format!("{file}: {e}"))?;
+    for (k, v) in [("source_id", "bench"), ("bucket", "landing")] {
+        block[k] = v.into();
+    }
+    block["output"]["bucket"] = "lake".into();
+    // One file: no partitions (their cost is `partition`'s to measure).
+    block["output"]["partitioning"] = "none".into();
+    let doc = serde_json::json!({ "sources": [block] }).to_string();
+    let config = tidemark::config::Config::from_json(&doc).map_err(|e| format!("{file}: {e}"))?;
+    let key = input.file_name().and_then(|n| n.to_str()).unwrap_or("input");
+    let mut spec = config.sources[0].convert_spec(key);
+    spec.threads = threads;
+    let input = File::open(input).map_err(|e| format!("{}: {e}", input.display()))?;
+    let out = File::create(output).map_err(|e| format!("{}: {e}", output.display()))?;
+    let mut out = BufWriter::with_capacity(1 << 20, out);
+    let stats = convert(input, &spec, &mut out)?;
+    out.flush()?;
+    println!("{}", serde_json::to_string(&stats)?);
+    Ok(())
+}
+
 fn convert_file(
     (format, records): (InputFormat, Option<String>),
     compression: Compression,

@@ -718,4 +718,72 @@ mod tests {
         let e = table_for(&source(d)).unwrap_err();
         assert!(e.contains("\"eventtime\" and \"EventTime\""), "{e}");
     }
+
+    /// A preset's table is the Athena table AWS documents for the log (the same columns, in
+    /// its order, and types), with `event_time`, the rescued column and a `day` partition key
+    /// projected by date: queries written for AWS's table run on it.
+    #[test]
+    fn a_presets_table_has_athenas_columns_and_a_projected_day() {
+        let alb = source(serde_json::json!({
+            "source_id": "alb", "preset": "aws.alb", "bucket": "logs", "prefix": "AWSLogs/",
+            "output": {"bucket": "lake", "prefix": "alb/"},
+        }));
+        let t = table_for(&alb).unwrap();
+        let cols: Vec<(&str, &str)> = t
+            .columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.ty.as_str()))
+            .collect();
+        // The start and the end of `alb_access_logs` as the Athena User Guide declares it.
+        assert_eq!(
+            cols[..7],
+            [
+                ("type", "string"),
+                ("time", "string"),
+                ("elb", "string"),
+                ("client_ip", "string"),
+                ("client_port", "int"),
+                ("target_ip", "string"),
+                ("target_port", "int"),
+            ]
+        );
+        assert!(cols.contains(&("request_processing_time", "double")));
+        assert!(cols.contains(&("received_bytes", "bigint")));
+        assert!(cols.contains(&("lambda_error_reason", "string")));
+        assert_eq!(
+            cols[cols.len() - 3..],
+            [
+                ("conn_trace_id", "string"),
+                ("event_time", "timestamp"),
+                ("_rescued_data", "string"),
+            ]
+        );
+        let keys: Vec<&str> = t.partition_keys.iter().map(|k| k.name.as_str()).collect();
+        assert_eq!(keys, ["day"]);
+        let p = &t.parameters;
+        assert_eq!(p["projection.day.type"], "date");
+        assert_eq!(p["projection.day.format"], "yyyy-MM-dd");
+        assert_eq!(p["storage.location.template"], "s3://lake/alb/day=${day}/");
+
+        // CloudTrail's columns are Athena's, in lower case, structs included.
+        let trail = source(serde_json::json!({
+            "source_id": "trail", "preset": "aws.cloudtrail", "bucket": "logs",
+            "output": {"bucket": "lake"},
+        }));
+        let t = table_for(&trail).unwrap();
+        let ty = |name: &str| {
+            t.columns
+                .iter()
+                .find(|c| c.name == name)
+                .map(|c| c.ty.clone())
+                .unwrap_or_else(|| panic!("{name}"))
+        };
+        assert_eq!(ty("eventtime"), "string");
+        assert_eq!(ty("requestparameters"), "string");
+        assert_eq!(
+            ty("resources"),
+            "array<struct<arn:string,accountid:string,type:string>>"
+        );
+        assert!(ty("useridentity").starts_with("struct<type:string,principalid:string,"));
+    }
 }

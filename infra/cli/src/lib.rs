@@ -247,8 +247,10 @@ pub enum Command {
     /// NULLs and an example seen. Every sampled file is then converted under the proposal, as
     /// ingest would convert it; a column that fails is widened (to `string`, or `json` for a
     /// nested one) with a note saying why. Prints the source block to paste into the sources
-    /// document. Needs no sources document and opens no backend. Exits 1 when a sampled file
-    /// does not convert under any proposal (the answer names it).
+    /// document. Files named as AWS names its logs (CloudTrail, load balancer, CloudFront, S3
+    /// access, VPC flow and WAF logs) get their preset instead (`"preset": "aws.alb"`), once
+    /// every sampled file converts under it. Needs no sources document and opens no backend.
+    /// Exits 1 when a sampled file does not convert under any proposal (the answer names it).
     Infer(commands::infer::InferArgs),
     /// Each source's table in the Glue Data Catalog: `sync` creates and updates them from the
     /// sources document (additive changes only; a breaking one is refused with the

@@ -428,7 +428,18 @@ fn files_on_which_the_readers_loop_or_panic_fail_naming_the_file() {
 #[test]
 fn json_documents_propose_their_records_array_and_envelope() {
     let aws = repo().join("tests/fixtures/aws");
-    let trail = infer(&[&aws.join("cloudtrail")], &[]);
+    // The files alone, out of the key layout that would make them the preset's
+    // (`aws_logs_are_recognised_by_their_names_and_get_their_preset`).
+    let loose = tempfile::tempdir().unwrap();
+    let walk = std::fs::read_dir(
+        aws.join("cloudtrail/AWSLogs/111122223333/CloudTrail/us-east-1/2026/12/01"),
+    )
+    .unwrap();
+    for file in walk {
+        let file = file.unwrap().path();
+        std::fs::copy(&file, loose.path().join(file.file_name().unwrap())).unwrap();
+    }
+    let trail = infer(&[loose.path()], &[]);
     let source = &trail["source"];
     assert_eq!(
         (source["format"].as_str(), source["json"].clone()),
@@ -485,4 +496,54 @@ fn json_documents_propose_their_records_array_and_envelope() {
     .unwrap();
     let report = infer(&[&lines], &[]);
     assert_eq!(report["source"]["format"], "jsonl", "{report:#}");
+}
+
+/// Files named as AWS names its logs get their preset, once every sampled file converts under
+/// it: the block is the preset and the places, and it converts each file into as many rows as
+/// the preset does. A file named like an ALB log that is not one gets an inferred proposal,
+/// with a note saying why not the preset.
+#[test]
+fn aws_logs_are_recognised_by_their_names_and_get_their_preset() {
+    let aws = repo().join("tests/fixtures/aws");
+    for (dir, preset, rows) in [
+        ("cloudtrail", "aws.cloudtrail", 120),
+        ("alb", "aws.alb", 150),
+        ("nlb", "aws.nlb", 80),
+        ("clb", "aws.clb", 80),
+        ("cloudfront", "aws.cloudfront", 80),
+        ("s3_access", "aws.s3_access", 80),
+        ("vpc_flow", "aws.vpc_flow", 80),
+        ("waf", "aws.waf", 60),
+    ] {
+        let report = infer(&[&aws.join(dir)], &["--source-id", dir]);
+        let source = &report["source"];
+        assert_eq!(source["preset"], preset, "{dir}: {report:#}");
+        assert!(source.get("schema").is_none() && source.get("format").is_none());
+        let converted: u64 = report["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["converted_rows"].as_u64().unwrap())
+            .sum();
+        assert_eq!(converted, rows, "{dir}: {report:#}");
+        // The block is a source as it stands.
+        let doc = serde_json::json!({ "sources": [source] }).to_string();
+        tidemark::config::Config::from_json(&doc).unwrap_or_else(|e| panic!("{dir}: {e}"));
+    }
+
+    // Named like an ALB log, holding CSV: inferred from the contents, the note says why.
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join(
+        "111122223333_elasticloadbalancing_us-east-1_app.lb.1_20261201T0000Z_192.0.2.1_x.csv",
+    );
+    std::fs::write(&fake, "id,name\n1,a\n2,b\n").unwrap();
+    let report = infer(&[&fake], &[]);
+    assert!(report["source"].get("preset").is_none(), "{report:#}");
+    assert_eq!(report["source"]["format"], "csv");
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains("the names say aws.alb, but")
+            && notes.contains("inferred from the contents"),
+        "{notes}"
+    );
 }

@@ -749,12 +749,17 @@ fn propose(
 pub struct SourceBlock {
     /// The id.
     pub source_id: String,
+    /// The preset for AWS's log the files' names say they are, when every sampled file
+    /// converts under it: the block is then the preset and the places.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preset: Option<&'static str>,
     /// Landing bucket.
     pub bucket: String,
     /// Key prefix.
     pub prefix: String,
-    /// Input format.
-    pub format: Format,
+    /// Input format (none with a preset: the preset's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
     /// The compression, when the files' names do not say theirs (`gzip` files named without
     /// `.gz`, as Firehose names them): `auto`, the default, reads the names.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -765,7 +770,8 @@ pub struct SourceBlock {
     /// Where a JSON document's records are.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub json: Option<JsonBlock>,
-    /// The columns.
+    /// The columns (none with a preset: the preset's).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub schema: Vec<tidemark::schema::ColumnSpec>,
     /// Where the Parquet goes.
     pub output: OutputBlock,
@@ -800,9 +806,10 @@ fn source_block(args: &InferArgs, p: &Proposal) -> SourceBlock {
         .unwrap_or_else(|| format!("{}/", args.source_id));
     SourceBlock {
         source_id: args.source_id.clone(),
+        preset: None,
         bucket: args.bucket.clone(),
         prefix: prefix.clone(),
-        format: p.format,
+        format: Some(p.format),
         compression: p.compression,
         csv: (p.format == Format::Csv).then(|| CsvBlock {
             delimiter: (p.delimiter != b',').then(|| (p.delimiter as char).to_string()),
@@ -904,6 +911,18 @@ pub fn infer(args: &InferArgs) -> Result<InferReport, Error> {
         return Err("no file under the given paths".into());
     }
     let files_found = found.len();
+    // AWS's logs, by the names AWS gives them: their preset, when every file reads under it.
+    let mut preset_notes = Vec::new();
+    if args.format.is_none()
+        && args.source.is_none()
+        && let Some(preset) = recognized(&found)
+    {
+        let sampled = spread(found.clone(), args.sample_files);
+        match with_preset(args, preset, &sampled, files_found)? {
+            Ok(report) => return Ok(report),
+            Err(why) => preset_notes.push(why),
+        }
+    }
     let format = match args.format {
         Some(f) => f,
         None => {
@@ -963,7 +982,8 @@ pub fn infer(args: &InferArgs) -> Result<InferReport, Error> {
             ));
         }
     }
-    let mut notes = std::mem::take(&mut proposal.notes);
+    let mut notes = preset_notes;
+    notes.append(&mut proposal.notes);
     // Convert every sampled file under the proposal; widen a column that fails.
     let mut converted = vec![None; sampled.len()];
     let mut error = None;
@@ -1030,6 +1050,141 @@ pub fn infer(args: &InferArgs) -> Result<InferReport, Error> {
         checked: error.is_none(),
         error,
     })
+}
+
+/// The preset for AWS's log whose key layout every one of `files` has (`…/CloudTrail/…`,
+/// `…_elasticloadbalancing_…_app.…`, `…_vpcflowlogs_…`, a CloudFront or S3 access log's name),
+/// as AWS names the files it writes (the presets' `keys`).
+fn recognized(files: &[PathBuf]) -> Option<&'static str> {
+    fn kind(path: &Path) -> Option<&'static str> {
+        let name = name_of(path);
+        let full = path.to_string_lossy().replace('\\', "/");
+        let digits = |s: &str, shape: &str| {
+            s.len() == shape.len()
+                && s.bytes().zip(shape.bytes()).all(|(c, k)| match k {
+                    b'9' => c.is_ascii_digit(),
+                    b'X' => c.is_ascii_hexdigit(),
+                    k => c == k,
+                })
+        };
+        if full.contains("/CloudTrail/") && name.contains("_CloudTrail_") {
+            return Some("aws.cloudtrail");
+        }
+        if name.contains("_elasticloadbalancing_") {
+            return Some(if name.contains("_app.") {
+                "aws.alb"
+            } else if name.contains("_net.") {
+                "aws.nlb"
+            } else {
+                "aws.clb"
+            });
+        }
+        if name.contains("_vpcflowlogs_") {
+            return Some("aws.vpc_flow");
+        }
+        if name.contains("_waflogs_") {
+            return Some("aws.waf");
+        }
+        // `<distribution>.<yyyy-mm-dd-hh>.<unique>.gz`
+        let parts: Vec<&str> = name.split('.').collect();
+        if let [dist, hour, unique, "gz"] = parts[..]
+            && !dist.is_empty()
+            && dist
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+            && digits(hour, "9999-99-99-99")
+            && unique.bytes().all(|b| b.is_ascii_alphanumeric())
+        {
+            return Some("aws.cloudfront");
+        }
+        // `<yyyy-mm-dd-hh-mm-ss>-<16 hexadecimal digits>`
+        if digits(&name, "9999-99-99-99-99-99-XXXXXXXXXXXXXXXX") {
+            return Some("aws.s3_access");
+        }
+        None
+    }
+    let first = kind(files.first()?)?;
+    files
+        .iter()
+        .all(|f| kind(f) == Some(first))
+        .then_some(first)
+}
+
+/// The report proposing `preset` for the sampled files, when every one converts under it
+/// (nothing rejected; rescued rows are fields AWS added, said in a note); else why not.
+fn with_preset(
+    args: &InferArgs,
+    preset: &'static str,
+    sampled: &[PathBuf],
+    files_found: usize,
+) -> Result<Result<InferReport, String>, Error> {
+    let prefix = args
+        .prefix
+        .clone()
+        .unwrap_or_else(|| format!("{}/", args.source_id));
+    let block = SourceBlock {
+        source_id: args.source_id.clone(),
+        preset: Some(preset),
+        bucket: args.bucket.clone(),
+        prefix: prefix.clone(),
+        format: None,
+        compression: None,
+        csv: None,
+        json: None,
+        schema: Vec::new(),
+        output: OutputBlock {
+            bucket: args.lake.clone(),
+            prefix: prefix.clone(),
+        },
+    };
+    let document = serde_json::json!({ "sources": [&block] }).to_string();
+    let config = Config::from_json(&document)
+        .map_err(|e| format!("the preset {preset} is not valid: {e}"))?;
+    let mut files = Vec::new();
+    let mut rescued = 0;
+    for file in sampled {
+        let report = convert_sample(&config, &args.source_id, &prefix, file)?;
+        match (&report.result, &report.error) {
+            (Some(result), _) if result.rejected == 0 => {
+                rescued += result.rescued;
+                files.push(SampledFile {
+                    path: file.display().to_string(),
+                    bytes: std::fs::metadata(file).map(|m| m.len()).unwrap_or(0),
+                    records: result.rows,
+                    converted_rows: Some(result.rows),
+                });
+            }
+            (_, failure) => {
+                let why = failure
+                    .as_ref()
+                    .map_or_else(|| "rows rejected".to_string(), |f| f.message.clone());
+                return Ok(Err(format!(
+                    "the names say {preset}, but {} does not convert under it ({why}): the \
+                     proposal is inferred from the contents instead",
+                    file.display()
+                )));
+            }
+        }
+    }
+    let mut notes = vec![format!(
+        "the files are named as AWS names {preset}'s (`tidemark presets show {preset}` prints \
+         the block it expands into; the source's own members change it)"
+    )];
+    if rescued > 0 {
+        notes.push(format!(
+            "{rescued} rows hold fields the preset does not name: kept in the rescued column"
+        ));
+    }
+    Ok(Ok(InferReport {
+        source: block,
+        files_found,
+        files,
+        columns: Vec::new(),
+        notes,
+        compared: None,
+        checked: true,
+        error: None,
+    }))
 }
 
 /// The sampled files against a source of the document.

@@ -15,6 +15,7 @@
 //! proposal with the real converter, and widens a column that still fails (see the CLI's
 //! `infer`), so the converter's own reading is the last word.
 
+use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 use chrono::{NaiveDate, NaiveDateTime};
@@ -622,12 +623,22 @@ pub struct SeenColumn {
     pub notes: Vec<String>,
 }
 
-/// Columns of a text table (CSV): one [`TextTypes`] per column, NULL when a field is empty
-/// or one of `nulls`.
+/// Texts that exports write for a missing value, read as NULL when a column's other values
+/// all have a type they are not (`NA` among numbers, `\N` among dates).
+pub const NULL_MARKERS: [&str; 10] = [
+    "NA", "N/A", "n/a", "#N/A", "null", "NULL", "Null", "None", "\\N", "-",
+];
+
+/// Columns of a text table (CSV): one [`TextTypes`] per column, NULL when a field is empty,
+/// or one of [`NULL_MARKERS`] in columns whose other values are not text
+/// ([`TextTable::null_values`]).
 #[derive(Debug, Clone, Default)]
 pub struct TextTable {
     names: Vec<String>,
+    /// Per column, the types of its values but the null markers.
     types: Vec<TextTypes>,
+    /// Per column, the null markers seen, and how often.
+    markers: Vec<BTreeMap<&'static str, u64>>,
     nulls: Vec<u64>,
     examples: Vec<Option<String>>,
     rows: u64,
@@ -640,6 +651,7 @@ impl TextTable {
         Self {
             names,
             types: vec![TextTypes::default(); n],
+            markers: vec![BTreeMap::new(); n],
             nulls: vec![0; n],
             examples: vec![None; n],
             rows: 0,
@@ -653,6 +665,10 @@ impl TextTable {
         for (i, field) in fields.into_iter().enumerate().take(self.names.len()) {
             seen = i + 1;
             match field {
+                Some(text) if NULL_MARKERS.contains(&text) => {
+                    let marker = NULL_MARKERS.iter().find(|m| **m == text).expect("listed");
+                    *self.markers[i].entry(marker).or_default() += 1;
+                }
                 Some(text) if !text.is_empty() => {
                     self.types[i].add(text);
                     if self.examples[i].is_none() {
@@ -672,26 +688,73 @@ impl TextTable {
         self.rows
     }
 
-    /// The proposed columns.
+    /// The null markers to read as NULL in every column (`csv.null_values`, which a source
+    /// applies to all of its columns): those that only stand where the column's other values
+    /// are all numbers, dates, times or booleans, and at least one such value was seen. A
+    /// marker also found among text (`NA` for Namibia beside other country codes) stays text
+    /// everywhere.
+    pub fn null_values(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for marker in NULL_MARKERS {
+            let mut typed = false;
+            let mut text = false;
+            for (types, markers) in self.types.iter().zip(&self.markers) {
+                if !markers.contains_key(marker) {
+                    continue;
+                }
+                match types.decide().0 {
+                    ColumnType::String => text = true,
+                    _ if types.seen > 0 => typed = true,
+                    _ => text = true,
+                }
+            }
+            if typed && !text {
+                out.push(marker);
+            }
+        }
+        out
+    }
+
+    /// The proposed columns (the markers of [`Self::null_values`] read as NULL, any other
+    /// marker as the text it is).
     pub fn columns(&self) -> Vec<SeenColumn> {
+        let null_values = self.null_values();
         self.names
             .iter()
             .enumerate()
             .map(|(i, name)| {
-                let (ty, format, notes) = self.types[i].decide();
-                let values = self.types[i].seen;
+                let mut types = self.types[i].clone();
+                let mut nulls = self.nulls[i];
+                let mut example = self.examples[i].clone();
+                let mut marked = Vec::new();
+                for (marker, n) in &self.markers[i] {
+                    if null_values.contains(marker) {
+                        nulls += n;
+                        marked.push(*marker);
+                    } else {
+                        for _ in 0..*n {
+                            types.add(marker);
+                        }
+                        example.get_or_insert_with(|| marker.to_string());
+                    }
+                }
+                let (ty, format, mut notes) = types.decide();
+                if !marked.is_empty() {
+                    notes.push(format!("{marked:?} read as NULL (csv.null_values)"));
+                }
+                let values = types.seen;
                 SeenColumn {
                     column: ColumnSpec {
                         name: name.clone(),
                         path: None,
                         ty: ty.into(),
-                        nullable: self.nulls[i] > 0 || values == 0,
+                        nullable: nulls > 0 || values == 0,
                         format,
                         timezone: None,
                     },
                     values,
-                    nulls: self.nulls[i],
-                    example: self.examples[i].clone(),
+                    nulls,
+                    example,
                     notes,
                 }
             })
@@ -1138,5 +1201,52 @@ mod tests {
         let columns = shape(&[r#"{"n": "12", "b": "true", "d": "2024-01-02"}"#]);
         let types: Vec<String> = columns.iter().map(|c| c.column.ty.to_string()).collect();
         assert_eq!(types, ["string", "string", "date"]);
+    }
+
+    #[test]
+    fn null_markers_are_nulls_where_only_typed_values_stand_beside_them() {
+        let table = |rows: &[&[&str]]| {
+            let mut t = TextTable::new(vec!["n".into(), "d".into(), "s".into()]);
+            for row in rows {
+                t.add_row(row.iter().map(|f| Some(*f)));
+            }
+            t
+        };
+        let t = table(&[
+            &["1", "2024-01-02", "DE"],
+            &["NA", "\\N", "FR"],
+            &["3", "2024-01-03", "-"],
+        ]);
+        // `NA` and `\N` only beside numbers and dates; `-` beside text stays text.
+        assert_eq!(t.null_values(), ["NA", "\\N"]);
+        let columns = t.columns();
+        let seen: Vec<(String, u64, u64)> = columns
+            .iter()
+            .map(|c| (c.column.ty.to_string(), c.values, c.nulls))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("int32".into(), 2, 1),
+                ("date".into(), 2, 1),
+                ("string".into(), 3, 0)
+            ]
+        );
+        assert!(columns[0].column.nullable && columns[0].notes[0].contains("\"NA\""));
+
+        // A marker also among text (Namibia's code) is text everywhere: the number column
+        // holding it is text too, as before.
+        let t = table(&[&["1", "2024-01-02", "NA"], &["NA", "2024-01-03", "DE"]]);
+        assert!(t.null_values().is_empty());
+        let types: Vec<String> = t
+            .columns()
+            .iter()
+            .map(|c| c.column.ty.to_string())
+            .collect();
+        assert_eq!(types, ["string", "date", "string"]);
+
+        // A column of markers only has nothing typed beside them: text.
+        let t = table(&[&["NA", "2024-01-02", "x"]]);
+        assert!(t.null_values().is_empty());
     }
 }

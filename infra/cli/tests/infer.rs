@@ -547,3 +547,33 @@ fn aws_logs_are_recognised_by_their_names_and_get_their_preset() {
         "{notes}"
     );
 }
+
+/// A null marker (`NA`) standing where numbers and dates do is proposed as
+/// `csv.null_values`, and the proposal converts the file with it NULL; beside text it stays
+/// text.
+#[test]
+fn a_null_marker_among_numbers_is_proposed_as_csv_null_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("scores.csv");
+    std::fs::write(
+        &file,
+        "id,score,day\n1,2.5,2026-01-01\n2,NA,NA\n3,4,2026-01-03\n",
+    )
+    .unwrap();
+    let report = infer(&[&file], &[]);
+    assert_eq!(
+        report["source"]["csv"]["null_values"],
+        serde_json::json!(["NA"])
+    );
+    let types: Vec<(String, String, bool)> = schema(&report);
+    assert_eq!(types[2], ("day".into(), "date".into(), true), "{report:#}");
+    assert_eq!(report["files"][0]["converted_rows"], 3);
+
+    let text = dir.path().join("countries.csv");
+    std::fs::write(&text, "id,score,country\n1,2.5,DE\n2,NA,NA\n").unwrap();
+    let report = infer(&[&text], &[]);
+    assert!(
+        report["source"]["csv"].get("null_values").is_none(),
+        "{report:#}"
+    );
+}

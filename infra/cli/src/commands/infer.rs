@@ -475,6 +475,8 @@ struct Proposal {
     json: JsonBlock,
     delimiter: u8,
     header: bool,
+    /// CSV: the texts read as NULL ([`TextTable::null_values`]).
+    null_values: Vec<&'static str>,
     columns: Vec<SeenColumn>,
     records: Vec<u64>,
     notes: Vec<String>,
@@ -565,12 +567,20 @@ fn propose(
             if table.rows() == 0 {
                 notes.push("no record below the header: every column is a nullable string".into());
             }
+            let null_values = table.null_values();
+            if !null_values.is_empty() {
+                notes.push(format!(
+                    "{null_values:?} stand where numbers, dates or booleans do, and never among \
+                     text: csv.null_values reads them as NULL in every column"
+                ));
+            }
             Ok(Proposal {
                 format,
                 compression: None,
                 json: JsonBlock::default(),
                 delimiter,
                 header,
+                null_values,
                 columns: table.columns(),
                 records: records_read,
                 notes,
@@ -616,6 +626,7 @@ fn propose(
                 json: JsonBlock::default(),
                 delimiter: b',',
                 header: false,
+                null_values: Vec::new(),
                 columns: json_columns(&records),
                 records: records_read,
                 notes,
@@ -677,6 +688,7 @@ fn propose(
                 json,
                 delimiter: b',',
                 header: false,
+                null_values: Vec::new(),
                 columns: json_columns(&records),
                 records: records_read,
                 notes,
@@ -736,6 +748,7 @@ fn propose(
                 json: JsonBlock::default(),
                 delimiter: b',',
                 header: false,
+                null_values: Vec::new(),
                 columns: merged,
                 records: records_read,
                 notes,
@@ -788,6 +801,9 @@ pub struct CsvBlock {
     /// `name` with a header: columns matched by the header's names.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub columns: Option<&'static str>,
+    /// Texts read as NULL in every column (`NA` where numbers stand).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub null_values: Vec<&'static str>,
 }
 
 /// Output of the proposal.
@@ -815,6 +831,7 @@ fn source_block(args: &InferArgs, p: &Proposal) -> SourceBlock {
             delimiter: (p.delimiter != b',').then(|| (p.delimiter as char).to_string()),
             header: p.header,
             columns: p.header.then_some("name"),
+            null_values: p.null_values.clone(),
         }),
         json: (p.format == Format::Json && p.json != JsonBlock::default()).then(|| p.json.clone()),
         schema: p.columns.iter().map(|c| c.column.clone()).collect(),

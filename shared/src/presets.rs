@@ -193,19 +193,20 @@ fn expand_source(out: &mut String, source: &RawValue, i: usize) -> Result<(), (S
         member(out, key, &value.to_string());
     }
     for (key, raw) in &own {
+        // `null` removes the preset's member, and is nothing where the preset has none.
+        if raw.get().trim() == "null" {
+            block.remove(key);
+            continue;
+        }
         match block.remove(key) {
             Some(mut theirs @ Value::Object(_)) => {
                 let Ok(patch) = serde_json::from_str::<Value>(raw.get()) else {
                     member(out, key, raw.get());
                     continue;
                 };
-                if patch.is_null() {
-                    continue;
-                }
                 merge_patch(&mut theirs, &patch);
                 member(out, key, &theirs.to_string());
             }
-            Some(_) if raw.get().trim() == "null" => {}
             _ => member(out, key, raw.get()),
         }
     }
@@ -313,6 +314,7 @@ mod tests {
             "regex": {"null_values": ["-"]},
             "output": {"bucket": "lake", "partitioning": null},
             "on_bad_row": "reject",
+            "max_object_bytes": null,
         }]});
         let doc: Value = serde_json::from_str(&expand(&doc.to_string()).unwrap()).unwrap();
         let s = &doc["sources"][0];
@@ -329,6 +331,7 @@ mod tests {
         assert_eq!(s["on_bad_row"], "reject");
         assert_eq!(s["schema"], preset["schema"]);
         assert_eq!(s["preset"], "aws.alb");
+        assert!(s.get("max_object_bytes").is_none());
     }
 
     #[test]

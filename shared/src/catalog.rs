@@ -498,6 +498,14 @@ mod tests {
             .remove(0)
     }
 
+    /// (name, Glue type) of each column of `t`.
+    fn names_and_types(t: &TableDef) -> Vec<(&str, &str)> {
+        t.columns
+            .iter()
+            .map(|c| (c.name.as_str(), c.ty.as_str()))
+            .collect()
+    }
+
     fn trail() -> serde_json::Value {
         serde_json::json!({
             "source_id": "cloud-trail", "bucket": "landing", "prefix": "trail/", "format": "jsonl",
@@ -525,11 +533,7 @@ mod tests {
     fn columns_are_spelled_as_athena_declares_them() {
         let t = table_for(&source(trail())).unwrap();
         assert_eq!(t.name, "cloud_trail");
-        let cols: Vec<(&str, &str)> = t
-            .columns
-            .iter()
-            .map(|c| (c.name.as_str(), c.ty.as_str()))
-            .collect();
+        let cols = names_and_types(&t);
         // The CloudTrail table of Athena's documentation spells its nested columns so:
         // `userIdentity STRUCT<type:STRING, ..., sessionContext:STRUCT<attributes:STRUCT<
         // mfaAuthenticated:STRING, ...>>>`, stored lower case.
@@ -729,11 +733,7 @@ mod tests {
             "output": {"bucket": "lake", "prefix": "alb/"},
         }));
         let t = table_for(&alb).unwrap();
-        let cols: Vec<(&str, &str)> = t
-            .columns
-            .iter()
-            .map(|c| (c.name.as_str(), c.ty.as_str()))
-            .collect();
+        let cols = names_and_types(&t);
         // The start and the end of `alb_access_logs` as the Athena User Guide declares it.
         assert_eq!(
             cols[..7],

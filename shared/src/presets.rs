@@ -373,4 +373,51 @@ mod tests {
         let b = crate::config::Config::from_json(&without.to_string()).unwrap();
         assert_eq!(a.sources[0].fingerprint, b.sources[0].fingerprint);
     }
+
+    #[test]
+    fn each_preset_takes_its_logs_and_not_the_others_under_one_prefix() {
+        // One bucket receiving every log under `AWSLogs/`, as AWS lays them out.
+        let keys = [
+            (
+                "aws.cloudtrail",
+                "AWSLogs/1/CloudTrail/us-east-1/2026/12/01/1_CloudTrail_us-east-1_20261201T1000Z_A1.json.gz",
+            ),
+            (
+                "aws.alb",
+                "AWSLogs/1/elasticloadbalancing/us-east-1/2026/12/01/1_elasticloadbalancing_us-east-1_app.lb.5_20261201T0005Z_192.0.2.1_x.log.gz",
+            ),
+            (
+                "aws.nlb",
+                "AWSLogs/1/elasticloadbalancing/us-east-1/2026/12/01/1_elasticloadbalancing_us-east-1_net.lb.5_20261201T0005Z_x.log.gz",
+            ),
+            (
+                "aws.clb",
+                "AWSLogs/1/elasticloadbalancing/us-east-1/2026/12/01/1_elasticloadbalancing_us-east-1_lb_20261201T0005Z_192.0.2.1_x.log",
+            ),
+            (
+                "aws.vpc_flow",
+                "AWSLogs/1/vpcflowlogs/us-east-1/2026/12/01/1_vpcflowlogs_us-east-1_fl-1_20261201T0005Z_x.log.gz",
+            ),
+            (
+                "aws.waf",
+                "AWSLogs/1/WAFLogs/us-east-1/acl/2026/12/01/00/05/1_waflogs_us-east-1_acl_20261201T0005Z_x.log.gz",
+            ),
+        ];
+        let sources: Vec<_> = keys
+            .iter()
+            .map(|(name, _)| {
+                json!({"source_id": name.replace('.', "-"), "preset": name, "bucket": "logs",
+                       "prefix": "AWSLogs/", "output": {"bucket": "lake", "prefix": format!("{name}/")}})
+            })
+            .collect();
+        let config =
+            crate::config::Config::from_json(&json!({ "sources": sources }).to_string()).unwrap();
+        for (name, key) in keys {
+            let takers: Vec<&str> = config.route("logs", key).map(|s| s.id()).collect();
+            assert_eq!(takers, [name.replace('.', "-")], "{key}");
+        }
+        // A CloudTrail digest file is no log.
+        let digest = "AWSLogs/1/CloudTrail-Digest/us-east-1/2026/12/01/1_CloudTrail-Digest_us-east-1_x.json.gz";
+        assert_eq!(config.route("logs", digest).count(), 0);
+    }
 }

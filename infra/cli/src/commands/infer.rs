@@ -815,11 +815,15 @@ pub struct OutputBlock {
     pub prefix: String,
 }
 
-fn source_block(args: &InferArgs, p: &Proposal) -> SourceBlock {
-    let prefix = args
-        .prefix
+/// The key prefix of the proposed source: `--prefix`, or the source id and `/`.
+fn proposed_prefix(args: &InferArgs) -> String {
+    args.prefix
         .clone()
-        .unwrap_or_else(|| format!("{}/", args.source_id));
+        .unwrap_or_else(|| format!("{}/", args.source_id))
+}
+
+fn source_block(args: &InferArgs, p: &Proposal) -> SourceBlock {
+    let prefix = proposed_prefix(args);
     SourceBlock {
         source_id: args.source_id.clone(),
         preset: None,
@@ -1135,10 +1139,7 @@ fn with_preset(
     sampled: &[PathBuf],
     files_found: usize,
 ) -> Result<Result<InferReport, String>, Error> {
-    let prefix = args
-        .prefix
-        .clone()
-        .unwrap_or_else(|| format!("{}/", args.source_id));
+    let prefix = proposed_prefix(args);
     let block = SourceBlock {
         source_id: args.source_id.clone(),
         preset: Some(preset),

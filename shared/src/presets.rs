@@ -40,30 +40,23 @@ pub struct Preset {
     pub source: Map<String, Value>,
 }
 
-/// The preset files, compiled in.
-const FILES: [(&str, &str); 9] = [
-    (
-        "aws.cloudtrail",
-        include_str!("../presets/aws.cloudtrail.json"),
-    ),
-    (
-        "aws.cloudwatch_logs",
-        include_str!("../presets/aws.cloudwatch_logs.json"),
-    ),
-    ("aws.alb", include_str!("../presets/aws.alb.json")),
-    ("aws.nlb", include_str!("../presets/aws.nlb.json")),
-    ("aws.clb", include_str!("../presets/aws.clb.json")),
-    (
-        "aws.cloudfront",
-        include_str!("../presets/aws.cloudfront.json"),
-    ),
-    (
-        "aws.s3_access",
-        include_str!("../presets/aws.s3_access.json"),
-    ),
-    ("aws.vpc_flow", include_str!("../presets/aws.vpc_flow.json")),
-    ("aws.waf", include_str!("../presets/aws.waf.json")),
-];
+/// The preset files, compiled in: each `presets/<name>.json`.
+macro_rules! files {
+    ($($name:literal),* $(,)?) => {
+        [$(($name, include_str!(concat!("../presets/", $name, ".json")))),*]
+    };
+}
+const FILES: [(&str, &str); 9] = files!(
+    "aws.cloudtrail",
+    "aws.cloudwatch_logs",
+    "aws.alb",
+    "aws.nlb",
+    "aws.clb",
+    "aws.cloudfront",
+    "aws.s3_access",
+    "aws.vpc_flow",
+    "aws.waf",
+);
 
 /// Every preset, in the order `tidemark presets` lists them.
 pub fn all() -> Vec<Preset> {
